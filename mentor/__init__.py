@@ -1,0 +1,15 @@
+"""mentor: training, profiling and benchmarking helpers for collecting metrics without slowing training.
+
+One module per job:
+
+- ``mentor.env``: device choice, run profiles and the environment report
+- ``mentor.data``: synthetic data (the article's dataset, loader, GPU-resident batches)
+- ``mentor.train``: the toy ResNet-18 setup and a training loop that times steps without syncing
+- ``mentor.metrics``: sync-free TorchMetrics variants, the article's metric sets, TensorBoard logging
+- ``mentor.profiling``: profiler sessions, per-step sync counts, ``sync_guard`` and ``count_syncs``
+- ``mentor.trace``: reading Chrome traces: steps, syncs, GPU idle time, a timeline figure
+- ``mentor.bench``: interleaved comparisons of configurations (``python -m mentor.bench``)
+- ``mentor.ddp``: a one-rank process group and worker processes that clean up
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,171 @@
+"""Device choice, run profiles (``full`` on CUDA, ``smoke`` on CPU) and the environment report."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from importlib import metadata
+from typing import Any
+
+import torch
+
+PROFILE_VARIABLE = "MENTOR_PROFILE"
+"""Environment variable that picks the run profile: ``full`` or ``smoke``."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The sizes one run uses: the model's input, the batch and how long to measure.
+
+    Example:
+        >>> p = get_profile("smoke")
+        >>> p.name, p.device.type
+        ('smoke', 'cpu')
+    """
+
+    name: str
+    device: torch.device
+    image_size: int
+    batch_size: int
+    num_classes: int
+    warmup: int
+    """Steps run before timing starts in each measured run."""
+    steps: int
+    """Timed steps in each measured run."""
+    rounds: int
+    """Interleaved rounds in a comparison."""
+    report_every: int
+    """Steps between compute/report/reset of the metrics."""
+
+    @property
+    def is_cuda(self) -> bool:
+        """True when this profile runs on a CUDA device."""
+        return self.device.type == "cuda"
+
+    def with_(self, **changes: Any) -> Profile:
+        """A copy with some fields changed, for example ``profile.with_(steps=20)``."""
+        unknown = set(changes) - set(asdict(self))
+        if unknown:
+            raise TypeError(f"Profile has no field(s) {sorted(unknown)}; fields are {sorted(asdict(self))}.")
+        return replace(self, **changes)
+
+
+_SIZES: dict[str, dict[str, int]] = {
+    # The article's setting: ResNet-18 on 224-pixel images, batch 128, 1000 classes.
+    "full": dict(image_size=224, batch_size=128, num_classes=1000, warmup=10, steps=90, rounds=5, report_every=100),
+    # Small enough that CI executes every notebook on two CPU cores in a minute or two.
+    "smoke": dict(image_size=32, batch_size=8, num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2),
+}
+PROFILES: tuple[str, ...] = tuple(_SIZES)
+
+
+def pick_device(prefer: str | None = None) -> torch.device:
+    """The device to run on: ``prefer`` if given, else CUDA when available, else the CPU.
+
+    Example:
+        >>> pick_device("cpu")
+        device(type='cpu')
+    """
+    if prefer is not None:
+        if not isinstance(prefer, str):
+            raise TypeError(f"prefer must be a device string such as 'cuda' or 'cpu', not {type(prefer).__name__}.")
+        device = torch.device(prefer)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("prefer='cuda' was asked for but torch sees no CUDA device; pass 'cpu' or None.")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def get_profile(name: str | None = None) -> Profile:
+    """The run profile: ``name``, else ``$MENTOR_PROFILE``, else ``full`` with CUDA and ``smoke`` without.
+
+    ``full`` runs on the GPU and needs CUDA; ``smoke`` always runs on the CPU.
+
+    Example:
+        >>> get_profile("smoke").batch_size
+        8
+    """
+    if name is None:
+        name = os.environ.get(PROFILE_VARIABLE) or ("full" if torch.cuda.is_available() else "smoke")
+    if name not in _SIZES:
+        raise ValueError(f"Unknown profile {name!r}: pass one of {list(PROFILES)} (or set {PROFILE_VARIABLE}).")
+    if name == "full" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "The 'full' profile measures on a CUDA GPU and torch sees none here; "
+            f"use get_profile('smoke') or set {PROFILE_VARIABLE}=smoke."
+        )
+    device = torch.device("cuda") if name == "full" else torch.device("cpu")
+    return Profile(name=name, device=device, **_SIZES[name])
+
+
+def needs_cuda(profile: Profile, what: str) -> bool:
+    """Print why a cell is skipped and return True when ``profile`` has no CUDA device.
+
+    Notebook cells whose point needs a GPU (a sync count, a GPU timeline) start with
+    ``if needs_cuda(profile, "..."): ...`` so that the smoke run says so instead of
+    printing zeros that look like results.
+
+    Example:
+        >>> needs_cuda(get_profile("smoke"), "sync counts")
+        [smoke profile on cpu] sync counts need a CUDA device: skipped here. The stored book shows the GPU run.
+        True
+    """
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a mentor.env.Profile (from get_profile()), not {type(profile).__name__}.")
+    if profile.is_cuda:
+        return False
+    print(
+        f"[{profile.name} profile on {profile.device.type}] {what} need a CUDA device: skipped here. "
+        "The stored book shows the GPU run."
+    )
+    return True
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_version() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def environment_report() -> dict[str, Any]:
+    """Versions and hardware of this run, stored as provenance with each notebook.
+
+    Example:
+        >>> sorted(environment_report())[:3]
+        ['cpu_count', 'cuda', 'date']
+    """
+    cuda = torch.cuda.is_available()
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "torchmetrics": _version("torchmetrics"),
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "driver": _driver_version() if cuda else None,
+        "cpu_count": os.cpu_count(),
+        "executable": sys.executable,
+    }

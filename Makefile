@@ -1,0 +1,39 @@
+# Build, test and run the book. Everything installs into .venv from requirements.txt.
+#   make test                      unit tests, notebook smoke runs (CPU), book build, workflow lint
+#   make book                      build the HTML book from the notebooks' stored outputs
+#   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
+#   make check-notebooks           fail if a notebook's code changed since its stored GPU run
+#   make clean                     remove _build
+
+VENV := .venv
+STAMP := $(VENV)/.installed
+PYTHON ?= $(VENV)/bin/python
+NB ?=
+
+# gpu-run and check-notebooks build the venv only when they run its python; with
+# PYTHON=python3 (a GPU machine whose python already has torch etc.) they use it as is.
+PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),$(STAMP))
+
+.PHONY: test book gpu-run check-notebooks clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install -r requirements.txt
+	touch $@
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@echo "Open $(CURDIR)/_build/html/index.html"
+
+gpu-run: $(PYTHON_DEPS)
+	$(PYTHON) scripts/nbtools.py gpu-run $(NB)
+
+check-notebooks: $(PYTHON_DEPS)
+	$(PYTHON) scripts/nbtools.py check $(NB)
+
+clean:
+	rm -rf _build

@@ -1,0 +1,87 @@
+"""The book: every _toc.yml entry exists, the book builds with -W -n, and the workflows lint clean."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def load_nbtools() -> ModuleType:
+    """Import scripts/nbtools.py (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("nbtools", REPO / "scripts" / "nbtools.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nbtools = load_nbtools()
+
+
+def prune_toc(node: object, keep: set[str]) -> object:
+    """A copy of a toc without the file entries outside ``keep``, and without parts left empty."""
+    if isinstance(node, dict):
+        pruned = {key: prune_toc(value, keep) for key, value in node.items()}
+        return {key: value for key, value in pruned.items() if value != []}
+    if isinstance(node, list):
+        items = []
+        for item in node:
+            if isinstance(item, dict) and "file" in item and item["file"] not in keep:
+                continue
+            item = prune_toc(item, keep)
+            if isinstance(item, dict) and "file" not in item and not any(isinstance(v, list) for v in item.values()):
+                continue  # a part whose chapters are all gone
+            items.append(item)
+        return items
+    return node
+
+
+def test_toc_entries_exist() -> None:
+    """Every entry of _toc.yml exists as book/NAME.ipynb or book/NAME.md."""
+    missing = [entry for entry in nbtools.toc_files() if nbtools.toc_source(entry) is None]
+    assert not missing, f"_toc.yml lists entries with neither .ipynb nor .md: {', '.join(missing)}"
+
+
+@pytest.mark.book
+def test_book_builds(tmp_path: Path) -> None:
+    """jupyter-book builds a copy of the book with -W -n (the chapters that exist so far), one page per entry."""
+    present = [entry for entry in nbtools.toc_files() if nbtools.toc_source(entry) is not None]
+    assert present, "no entry of _toc.yml exists yet"
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    assert toc["root"] in present, f"the toc's root {toc['root']} is missing"
+    (tmp_path / "_toc.yml").write_text(yaml.safe_dump(prune_toc(toc, set(present)), sort_keys=False))
+    shutil.copy(REPO / "_config.yml", tmp_path)
+    shutil.copytree(REPO / "book", tmp_path / "book", ignore=nbtools.COPY_IGNORE)
+
+    jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
+    assert jupyter_book, f"jupyter-book is not installed next to {sys.executable}"
+    build = subprocess.run(
+        [jupyter_book, "build", str(tmp_path), "-W", "-n", "--keep-going"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert build.returncode == 0, f"jupyter-book build failed:\n{build.stdout[-8000:]}\n{build.stderr[-8000:]}"
+    html = tmp_path / "_build" / "html"
+    pages = [entry for entry in present if not (html / f"{entry}.html").is_file()]
+    assert not pages, f"no HTML page for {pages}"
+    assert (html / "index.html").is_file()
+
+
+def test_workflows_pass_actionlint() -> None:
+    """.github/workflows/*.yml pass actionlint (the binary installed in the venv)."""
+    actionlint = shutil.which("actionlint", path=str(BIN))
+    assert actionlint, f"actionlint is not installed next to {sys.executable}; pip install -r requirements.txt"
+    workflows = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+    assert workflows, "no workflow files in .github/workflows"
+    lint = subprocess.run(
+        [actionlint, "-no-color", *map(str, workflows)], capture_output=True, text=True, cwd=REPO
+    )
+    assert lint.returncode == 0, f"actionlint:\n{lint.stdout}{lint.stderr}"

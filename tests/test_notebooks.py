@@ -1,0 +1,151 @@
+"""The book's notebooks: CPU smoke runs, stored GPU runs up to date, and the nbtools script itself."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_nbtools() -> ModuleType:
+    """Import scripts/nbtools.py (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("nbtools", REPO / "scripts" / "nbtools.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nbtools = load_nbtools()
+NOTEBOOKS = nbtools.default_notebooks()
+
+
+def write_notebook(path: Path, *sources: str) -> Path:
+    """Write a notebook with a markdown title and one code cell per source."""
+    nb = new_notebook(cells=[new_markdown_cell("# Title"), *(new_code_cell(s) for s in sources)])
+    nbformat.write(nb, path)
+    return path
+
+
+def test_toc_lists_an_existing_notebook() -> None:
+    """The smoke tests below have something to run: _toc.yml names at least one notebook in book/."""
+    in_toc = [nbtools.toc_source(entry) for entry in nbtools.toc_files()]
+    notebooks = [path for path in in_toc if path is not None and path.suffix == ".ipynb"]
+    assert notebooks, "no notebook listed in _toc.yml exists in book/ yet"
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("notebook", NOTEBOOKS or [None], ids=lambda p: p.name if p else "no-notebooks")
+def test_notebook_smoke(notebook: Path | None, tmp_path: Path) -> None:
+    """The notebook runs without error on the CPU with MENTOR_PROFILE=smoke, in a copy of book/."""
+    assert notebook is not None, "book/ has no notebooks to smoke-test"
+    before = notebook.read_bytes()
+    try:
+        nbtools.smoke([notebook], workdir=tmp_path)
+    except nbtools.NotebookFailed as error:
+        pytest.fail(str(error), pytrace=False)
+    assert notebook.read_bytes() == before, "the smoke run changed the notebook in the repository"
+
+
+def test_stored_gpu_runs_are_current() -> None:
+    """Every notebook's stored outputs come from a GPU run of its current code (as `make check-notebooks`)."""
+    messages = nbtools.stale(NOTEBOOKS)
+    assert not messages, "\n".join(messages)
+
+
+# --- the script itself, on synthetic notebooks ---
+
+
+def test_code_hash_follows_code_only() -> None:
+    """The hash changes with the code, not with outputs, counts, metadata, markdown or trailing spaces."""
+    nb = new_notebook(cells=[new_markdown_cell("# A"), new_code_cell("x = 1\ny = 2"), new_code_cell("print(x)")])
+    reference = nbtools.code_hash(nb)
+
+    nb.cells[0].source = "# B, rewritten"
+    nb.cells[1].execution_count = 7
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="1\n")]
+    nb.cells[2].metadata["tags"] = ["hide-input"]
+    nb.metadata["mentor"] = {"code_sha256": "x"}
+    nb.cells[1].source = "x = 1   \ny = 2\n"
+    nb.cells.append(new_markdown_cell("more prose"))
+    assert nbtools.code_hash(nb) == reference
+
+    nb.cells[2].source = "print(x + 1)"
+    assert nbtools.code_hash(nb) != reference
+    nb.cells[2].source = "print(x)"
+    nb.cells[1].source, nb.cells[2].source = "x = 1", "y = 2\nprint(x)"  # same lines, other cell boundary
+    assert nbtools.code_hash(nb) != reference
+
+
+def test_check_stale_and_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`check` fails with the make command to run while a notebook's stored run is missing or outdated."""
+    path = write_notebook(tmp_path / "x.ipynb", "print(1)")
+    assert nbtools.main(["check", str(path)]) == 1
+    assert f"refresh it with: make gpu-run NB={path}" in capsys.readouterr().out
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb)}
+    nbformat.write(nb, path)
+    assert nbtools.main(["check", str(path)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+    nb.cells[1].source = "print(2)"
+    nbformat.write(nb, path)
+    assert nbtools.main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}" in out
+
+
+def test_run_order_puts_reproducibility_last() -> None:
+    """gpu-run executes reproducibility.ipynb after the notebooks whose metadata it reads."""
+    paths = [Path("book/reproducibility.ipynb"), Path("book/02.ipynb"), Path("book/01.ipynb")]
+    assert nbtools.run_order(paths) == [Path("book/02.ipynb"), Path("book/01.ipynb"), Path("book/reproducibility.ipynb")]
+
+
+def test_smoke_runs_a_copy_with_the_smoke_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """smoke sets MENTOR_PROFILE=smoke, runs in a copy of the folder and leaves the original alone."""
+    monkeypatch.delenv("MENTOR_PROFILE", raising=False)
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "data.txt").write_text("beside the notebook")
+    code = "import os\nassert os.environ['MENTOR_PROFILE'] == 'smoke'\nopen('data.txt').read()\nopen('made.txt', 'w')"
+    path = write_notebook(book / "ok.ipynb", code)
+    before = path.read_bytes()
+    nbtools.smoke([path], book=book, workdir=tmp_path / "work")
+    assert (tmp_path / "work" / "book" / "made.txt").exists()
+    assert not (book / "made.txt").exists()
+    assert path.read_bytes() == before
+    assert "MENTOR_PROFILE" not in os.environ, "smoke left MENTOR_PROFILE set in this process"
+
+
+def test_smoke_failure_names_notebook_and_cell(tmp_path: Path) -> None:
+    """A failing cell stops the smoke run with the notebook's name, the cell and the error."""
+    path = write_notebook(tmp_path / "bad.ipynb", "x = 1", "# the broken one\nraise ValueError('boom')")
+    with pytest.raises(nbtools.NotebookFailed) as error:
+        nbtools.smoke([path], book=tmp_path, workdir=tmp_path / "work")
+    message = str(error.value)
+    assert "bad.ipynb" in message and "cell 2" in message and "the broken one" in message and "boom" in message
+
+
+def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-run writes outputs and metadata.mentor back in place, after which check passes (CPU here)."""
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")  # gpu-run keeps a profile already set; there is no GPU here
+    first = write_notebook(tmp_path / "a.ipynb", "import os\nprint(os.environ['MENTOR_PROFILE'], os.getcwd())")
+    reads = "import json\nprint(json.load(open('a.ipynb'))['metadata']['mentor']['code_sha256'])"
+    last = write_notebook(tmp_path / "reproducibility.ipynb", reads)
+    nbtools.gpu_run([last, first])
+
+    nb = nbformat.read(first, as_version=4)
+    assert nb.cells[1].outputs[0]["text"].split() == ["smoke", str(tmp_path.resolve())]
+    stored = nb.metadata["mentor"]
+    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256"}
+    assert stored["code_sha256"] == nbtools.code_hash(nb) and stored["duration_s"] > 0
+    assert "torch" in stored["provenance"]
+    assert nbformat.read(last, as_version=4).cells[1].outputs[0]["text"].strip() == stored["code_sha256"]
+    assert nbtools.stale([first, last]) == []

@@ -36,6 +36,8 @@ class Config:
     name: str
     make: Callable[[], Hooks] = lambda: (None, None)
     description: str = ""
+    batches: Iterable | None = None
+    """Data for this configuration only; ``None`` uses the batches given to :func:`compare`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -125,13 +127,14 @@ class Comparison:
 
     def table(self) -> str:
         """A plain-text table: median step time, spread over rounds, ratio, throughput, syncs per step."""
-        head = f"{'config':<16}{'median ms':>10}{'round min-max':>16}{'ratio':>8}{'img/s':>9}{'syncs/step':>12}  vs baseline"
+        w = max(16, 2 + max(len(r.name) for r in self.results))
+        head = f"{'config':<{w}}{'median ms':>10}{'round min-max':>16}{'ratio':>8}{'img/s':>9}{'syncs/step':>12}  vs baseline"
         lines = [head, "-" * len(head)]
         for row in self.rows():
             syncs = "n/a (CPU)" if row["syncs_per_step"] is None else f"{row['syncs_per_step']:g}"
             verdict = ("baseline" if row["beyond_spread"] is None
                        else "beyond spread" if row["beyond_spread"] else "within spread")
-            lines.append(f"{row['config']:<16}{row['median_ms']:>10.2f}"
+            lines.append(f"{row['config']:<{w}}{row['median_ms']:>10.2f}"
                          f"{row['min_ms']:>8.2f}-{row['max_ms']:<7.2f}{row['ratio']:>8.3f}"
                          f"{row['images_per_s']:>9.0f}{syncs:>12}  {verdict}")
         return "\n".join(lines)
@@ -224,7 +227,7 @@ def compare(
         for c in configs:
             on_step, on_report = c.make()
             every = report_every if on_report is not None else 0
-            stats = train(setup, batches, steps=steps, warmup=warmup, on_step=on_step,
+            stats = train(setup, c.batches if c.batches is not None else batches, steps=steps, warmup=warmup, on_step=on_step,
                           on_report=on_report if every else None, report_every=every)
             per_round[c.name].append(stats.median_ms)
             steps_all[c.name].extend(stats.step_ms)
@@ -234,7 +237,8 @@ def compare(
     cuda = setup.device.type == "cuda"
     results = [
         Result(c.name, c.description, per_round[c.name], steps_all[c.name],
-               _syncs_per_step(setup, batches, c.make, sync_steps) if (count_syncs and cuda) else None)
+               _syncs_per_step(setup, c.batches if c.batches is not None else batches, c.make, sync_steps)
+               if (count_syncs and cuda) else None)
         for c in configs
     ]
     images, _ = next(iter(batches))
@@ -243,13 +247,63 @@ def compare(
                       environment=environment_report())
 
 
+def step_time_config(name: str, device: str, update: str, sync_on_compute: bool = True) -> Config:
+    """A :class:`Config` that averages the host-measured step time in a ``MeanMetric`` on ``device``.
+
+    ``update`` is ``"float"`` (``metric.update(seconds)``) or ``"tensor"`` (a 0-dim CPU tensor,
+    :func:`mentor.metrics.host_scalar`).
+
+    Example:
+        >>> step_time_config("cpu", "cpu", "float").make()[0] is not None
+        True
+    """
+    from torchmetrics import MeanMetric
+
+    from mentor.metrics import host_scalar
+
+    if update not in ("float", "tensor"):
+        raise ValueError(f"update must be 'float' or 'tensor', got {update!r}.")
+
+    def make() -> Hooks:
+        metric = MeanMetric(sync_on_compute=sync_on_compute).to(device)
+        convert = host_scalar if update == "tensor" else float
+
+        def on_step(step: Any) -> None:
+            metric.update(convert(step.host_seconds))
+
+        def on_report(_: int) -> None:
+            metric.compute()
+            metric.reset()
+
+        return on_step, on_report
+
+    where = "GPU" if str(device).startswith("cuda") else "CPU"
+    return Config(name, make, f"MeanMetric of the step time on the {where}, updated with a {update}")
+
+
+def catalogue(profile: Profile) -> dict[str, Config]:
+    """Every configuration the book measures, by name; chapters pick from it and the summary runs them all.
+
+    Example:
+        >>> from mentor.env import get_profile
+        >>> list(catalogue(get_profile("smoke")))[:3]
+        ['no metrics', 'naive', 'float weight']
+    """
+    device = profile.device
+    configs = [Config("no metrics", description="the training step alone")]
+    configs += [metrics_config(v, profile.num_classes, device) for v in METRIC_SETS]
+    configs += [
+        step_time_config("step time: CPU", "cpu", "float"),
+        step_time_config("step time: GPU float", str(device), "float"),
+        step_time_config("step time: GPU tensor", str(device), "tensor"),
+    ]
+    return {c.name: c for c in configs}
+
+
 def article_configs(profile: Profile) -> list[Config]:
     """The article's comparison: no metrics, the naive set and the optimized set."""
-    return [
-        Config("no metrics", description="the training step alone"),
-        metrics_config("naive", profile.num_classes, profile.device),
-        metrics_config("optimized", profile.num_classes, profile.device),
-    ]
+    cat = catalogue(profile)
+    return [cat["no metrics"], cat["naive"], cat["optimized"]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -116,20 +116,27 @@ def multiclass_counts(
 class MetricSet:
     """A dict of named metrics plus how the loss is fed to ``avg_loss``.
 
-    ``loss_weight=True`` passes ``weight=torch.ones_like(loss)`` (the article's first fix).
+    ``loss_weight`` is ``None`` (no weight argument), ``"tensor"`` (``weight=torch.ones_like(loss)``,
+    the article's first fix) or ``"float"`` (``weight=1.0``, what torchmetrics 1.6.1 did by default).
     """
 
     metrics: dict[str, Metric]
-    loss_weight: bool = False
+    loss_weight: str | None = None
     description: str = ""
     history: list[dict[str, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.loss_weight not in (None, "tensor", "float"):
+            raise ValueError(f"loss_weight must be None, 'tensor' or 'float', got {self.loss_weight!r}.")
 
     def update(self, loss: torch.Tensor, output: torch.Tensor, target: torch.Tensor) -> None:
         """Feed one step: the loss to ``avg_loss``, logits and labels to the others."""
         for name, metric in self.metrics.items():
             if name == "avg_loss":
-                if self.loss_weight:
+                if self.loss_weight == "tensor":
                     metric.update(loss, weight=torch.ones_like(loss))
+                elif self.loss_weight == "float":
+                    metric.update(loss, weight=1.0)
                 else:
                     metric.update(loss)
             else:
@@ -155,6 +162,8 @@ class MetricSet:
 METRIC_SETS: dict[str, str] = {
     "naive": "the article's five metrics as first written: MeanMetric(loss) and multiclass Accuracy, "
              "Precision, Recall, F1 with their defaults",
+    "float weight": "naive, but avg_loss.update(loss, weight=1.0): what torchmetrics 1.6.1 did by default",
+    "tensor weight": "naive, but avg_loss.update(loss, weight=torch.ones_like(loss)): the article's first fix",
     "optimized": "the article's two fixes on avg_loss: an explicit tensor weight and no NaN check",
     "built-in": "torchmetrics' own switch instead of the subclass: MeanMetric(nan_strategy='disable')",
 }
@@ -177,7 +186,7 @@ def metric_set(variant: str, num_classes: int = 1000, device: torch.device | str
         raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}.")
     kw: dict[str, Any] = dict(task="multiclass", num_classes=num_classes)
     avg_loss: Metric
-    if variant == "naive":
+    if variant in ("naive", "float weight", "tensor weight"):
         avg_loss = MeanMetric()
     elif variant == "built-in":
         avg_loss = MeanMetric(nan_strategy="disable")
@@ -188,7 +197,8 @@ def metric_set(variant: str, num_classes: int = 1000, device: torch.device | str
         "recall": Recall(**kw), "f1_score": F1Score(**kw),
     }
     metrics = {name: m.to(device) for name, m in metrics.items()}
-    return MetricSet(metrics, loss_weight=variant == "optimized", description=METRIC_SETS[variant])
+    weight = {"float weight": "float", "tensor weight": "tensor", "optimized": "tensor"}.get(variant)
+    return MetricSet(metrics, loss_weight=weight, description=METRIC_SETS[variant])
 
 
 def host_scalar(value: float) -> torch.Tensor:
@@ -251,3 +261,25 @@ def read_tensorboard(logdir: str | Path) -> dict[str, list[tuple[int, float]]]:
         for tag in acc.Tags()["scalars"]:
             out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
     return {tag: sorted(points) for tag, points in out.items()}
+
+
+def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = None) -> Any:
+    """One small line plot per tag of :func:`read_tensorboard`'s result; returns the axes.
+
+    Example:
+        >>> axes = plot_scalars({"train/avg_loss": [(1, 2.0), (2, 1.5)]})
+    """
+    import matplotlib.pyplot as plt
+
+    if not scalars:
+        raise ValueError("no scalars to plot: log some with log_to_tensorboard first.")
+    if axes is None:
+        _, axes = plt.subplots(1, len(scalars), figsize=(2.6 * len(scalars), 2.4), squeeze=False)
+        axes = axes[0]
+    for ax, (tag, points) in zip(axes, sorted(scalars.items())):
+        steps, values = zip(*points)
+        ax.plot(steps, values, marker="o", ms=3)
+        ax.set_title(tag, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    return axes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import re
 import traceback
 import warnings
@@ -140,6 +141,11 @@ class SyncSite:
         return f"{short_path(self.file)}:{self.line}"
 
     @property
+    def code(self) -> str:
+        """The source text of the triggering line."""
+        return linecache.getline(self.file, self.line).strip()
+
+    @property
     def caller(self) -> str:
         """``file:line`` of the innermost frame outside torch, torchmetrics and mentor.profiling."""
         for file, line, _ in reversed(self.stack):
@@ -242,6 +248,63 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
             raise
         finally:
             torch.cuda.set_sync_debug_mode(previous)
+
+
+def record_steps(
+    setup: Any,
+    batches: Any,
+    trace_path: str | Path,
+    on_step: Callable[[Any], None] | None = None,
+    *,
+    warmup: int = 2,
+    active: int = 3,
+) -> Path:
+    """Train ``warmup + active`` steps under :func:`profiling_session` and write the trace of the last ``active``.
+
+    Runs two untimed steps first, so that the metric states and kernels are warm.
+
+    Example:
+        >>> import tempfile, os
+        >>> from mentor.train import build_setup
+        >>> from mentor.data import device_batches
+        >>> path = record_steps(build_setup(num_classes=10), device_batches(2, 32, 10),
+        ...                     os.path.join(tempfile.mkdtemp(), "t.json.gz"), active=1)
+        >>> len(step_windows(load_trace(path)))
+        1
+    """
+    from mentor.train import train
+
+    train(setup, batches, steps=2, on_step=on_step)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profiling_session(trace_path, wait=0, warmup=warmup, active=active) as prof:
+            train(setup, batches, steps=warmup + active, on_step=on_step, profiler=prof)
+    return Path(trace_path)
+
+
+def audit(cases: dict[str, Callable[[], Any]]) -> str:
+    """Run each callable once under :func:`sync_guard` and tabulate its syncs and where they happen.
+
+    Each callable is run once untimed first, so that first-call allocations do not count.
+
+    Example (needs CUDA):
+        >>> print(audit({"item": lambda: x.item()}))           # doctest: +SKIP
+        item                             1  mentor_demo.py:3  x.item()
+    """
+    if not isinstance(cases, dict) or not all(callable(f) for f in cases.values()):
+        raise TypeError("audit takes a dict of {label: callable with no arguments}.")
+    lines = []
+    for label, fn in cases.items():
+        fn()
+        torch.cuda.synchronize()
+        report = count_syncs(fn)
+        sites = Counter((s.where, s.code) for s in report.sites)
+        first = True
+        for (where, code), n in (sites.items() or [(("", ""), 0)]):
+            head = f"{label:<34}{report.count:>3}" if first else " " * 37
+            lines.append(f"{head}  {f'{n}x ' if n else ''}{where}  {code}".rstrip())
+            first = False
+    return "\n".join(lines)
 
 
 def count_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SyncReport:

@@ -50,7 +50,7 @@ def test_notebook_smoke(notebook: Path | None, tmp_path: Path) -> None:
         nbtools.smoke([notebook], workdir=tmp_path)
     except nbtools.NotebookFailed as error:
         pytest.fail(str(error), pytrace=False)
-    assert notebook.read_bytes() == before, "the smoke run changed the notebook in the repository"
+    assert notebook.read_bytes() == before, f"{notebook.name} changed during its smoke run (written by it, or edited meanwhile)"
 
 
 def test_stored_gpu_runs_are_current() -> None:

@@ -12,4 +12,12 @@ One module per job:
 - ``mentor.ddp``: a one-rank process group and worker processes that clean up
 """
 
+import warnings as _warnings
+
+with _warnings.catch_warnings():
+    # Libraries on some images import tqdm.auto, which warns inside Jupyter when ipywidgets is
+    # missing; importing it once here, quietly, keeps that warning out of the notebooks' outputs.
+    _warnings.filterwarnings("ignore", message="IProgress not found")
+    import tqdm.auto  # noqa: F401
+
 __version__ = "0.1.0"

@@ -220,6 +220,7 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
             "run it on a GPU machine, or skip the check (mentor.env.needs_cuda tells you when)."
         )
     report = SyncReport()
+    armed = False  # torch 2.11 reports one sync from inside set_sync_debug_mode itself, once per process
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():
         warnings.filterwarnings("always", message=r".*synchroniz.*")
@@ -230,6 +231,8 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
             if not _SYNC_MESSAGE.search(str(message)):
                 shown(message, category, filename, lineno, file, line)
                 return
+            if not armed:
+                return
             stack = tuple((f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()[:-1]
                           if not f.filename.endswith("warnings.py"))
             function = next((fn for file, ln, fn in reversed(stack) if file == filename and ln == lineno), "?")
@@ -237,6 +240,7 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
 
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("error" if strict else "warn")
+        armed = True
         try:
             yield report
         except RuntimeError as err:
@@ -247,6 +251,7 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
                 raise SyncError(f"synchronizing CUDA call at {where}: {err}") from err
             raise
         finally:
+            armed = False
             torch.cuda.set_sync_debug_mode(previous)
 
 

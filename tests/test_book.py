@@ -68,7 +68,7 @@ def test_book_builds(tmp_path: Path) -> None:
         [jupyter_book, "build", str(tmp_path), "-W", "-n", "--keep-going"],
         capture_output=True, text=True, cwd=tmp_path,
     )
-    assert build.returncode == 0, f"jupyter-book build failed:\n{build.stdout[-8000:]}\n{build.stderr[-8000:]}"
+    assert build.returncode == 0, f"jupyter-book build failed:\n{build.stderr[-8000:]}\n{build.stdout[-2000:]}"
     html = tmp_path / "_build" / "html"
     pages = [entry for entry in present if not (html / f"{entry}.html").is_file()]
     assert not pages, f"no HTML page for {pages}"

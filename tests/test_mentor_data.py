@@ -1,0 +1,113 @@
+"""CPU tests of mentor.data: FakeDataset, make_loader and device_batches."""
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from mentor.data import FakeDataset, device_batches, make_loader
+
+# slow CPUs and the NumPy/Tensor strategies: judge the examples, not the time it takes to draw them
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=SLOW_OK)
+@given(length=st.integers(1, 10_000), num_classes=st.integers(1, 1000), data=st.data())
+def test_fake_dataset_label_is_index_mod_classes(length, num_classes, data):
+    ds = FakeDataset(length=length, image_size=2, num_classes=num_classes)
+    index = data.draw(st.integers(0, length - 1))
+    image, label = ds[index]
+    assert label.dtype == torch.long and label.shape == ()
+    assert int(label) == index % num_classes
+    assert tuple(image.shape) == (3, 2, 2) and image.dtype == torch.float32
+
+
+def test_fake_dataset_len_and_shape():
+    ds = FakeDataset(length=7, image_size=5, num_classes=3)
+    assert len(ds) == 7
+    assert tuple(ds[6][0].shape) == (3, 5, 5)
+
+
+@pytest.mark.parametrize("index", [-1, 7, 100])
+def test_fake_dataset_index_out_of_range(index):
+    ds = FakeDataset(length=7, image_size=2)
+    with pytest.raises(IndexError, match=r"outside 0\.\.6"):
+        ds[index]
+
+
+@pytest.mark.parametrize("field", ["length", "image_size", "num_classes"])
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4", None])
+def test_fake_dataset_rejects_bad_sizes(field, bad):
+    with pytest.raises(ValueError, match=f"{field} must be a positive int, got {bad!r}"):
+        FakeDataset(**{field: bad})
+
+
+def test_make_loader_without_workers():
+    loader = make_loader(FakeDataset(length=10, image_size=4, num_classes=3), batch_size=4, num_workers=0)
+    assert isinstance(loader, DataLoader)
+    assert loader.num_workers == 0
+    assert loader.pin_memory is torch.cuda.is_available()  # pin only with CUDA
+    batches = list(loader)
+    # sequential sampling: labels of the first batch are indices 0..3 modulo 3 classes
+    assert batches[0][1].tolist() == [0, 1, 2, 0]
+    assert [tuple(b[0].shape) for b in batches] == [(4, 3, 4, 4), (4, 3, 4, 4), (2, 3, 4, 4)]
+
+
+def test_make_loader_rejects_bad_input():
+    ds = FakeDataset(length=4, image_size=2)
+    with pytest.raises(TypeError, match=r"torch Dataset such as FakeDataset\(\), not list"):
+        make_loader([1, 2, 3])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+        make_loader(ds, batch_size=0, num_workers=0)
+    with pytest.raises(ValueError, match=r"num_workers must be an int >= 0, got -1"):
+        make_loader(ds, num_workers=-1)
+    with pytest.raises(ValueError, match=r"num_workers must be an int >= 0, got True"):
+        make_loader(ds, num_workers=True)
+
+
+def test_device_batches_shapes_and_labels():
+    images, labels = next(device_batches(5, image_size=6, num_classes=3))
+    assert tuple(images.shape) == (5, 3, 6, 6) and images.dtype == torch.float32
+    assert tuple(labels.shape) == (5,) and labels.dtype == torch.long
+    assert images.device.type == "cpu"
+    assert 0 <= int(labels.min()) and int(labels.max()) < 3
+
+
+@pytest.mark.parametrize("distinct", [1, 2, 5])
+def test_device_batches_cycle_through_distinct(distinct):
+    stream = device_batches(2, image_size=4, num_classes=10, distinct=distinct)
+    first_round = list(itertools.islice(stream, distinct))
+    second_round = list(itertools.islice(stream, distinct))
+    for (a_img, a_lab), (b_img, b_lab) in zip(first_round, second_round):
+        assert torch.equal(a_img, b_img) and torch.equal(a_lab, b_lab)
+    # within one round the batches differ (random images from one generator)
+    for (a, _), (b, _) in itertools.combinations(first_round, 2):
+        assert not torch.equal(a, b)
+
+
+def test_device_batches_deterministic_per_seed():
+    def take(seed):
+        return list(itertools.islice(device_batches(3, 4, 10, seed=seed), 3))
+
+    for (a, la), (b, lb) in zip(take(0), take(0)):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    assert not torch.equal(take(0)[0][0], take(1)[0][0])
+
+
+def test_device_batches_does_not_touch_global_rng():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    next(device_batches(2, 4, 10))
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("field", ["batch_size", "image_size", "num_classes", "distinct"])
+def test_device_batches_rejects_bad_sizes(field):
+    kwargs = dict(batch_size=2, image_size=4, num_classes=10, distinct=2)
+    kwargs[field] = 0
+    with pytest.raises(ValueError, match=f"{field} must be a positive int, got 0"):
+        device_batches(**kwargs)

@@ -1,0 +1,198 @@
+"""CPU tests of mentor.ddp: the one-rank group (gloo and the CUDA-only "cuda:gloo"), and launch with gloo."""
+
+import multiprocessing
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torchmetrics import MeanMetric
+
+from mentor.ddp import (
+    WorkerResult,
+    always_fails,
+    default_backend,
+    free_port,
+    launch,
+    metric_compute,
+    rank_and_size,
+    single_rank_group,
+)
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
+
+
+@pytest.fixture(autouse=True)
+def restore_rendezvous_env(monkeypatch):
+    """single_rank_group writes MASTER_ADDR/MASTER_PORT into os.environ: put them back afterwards."""
+    monkeypatch.setenv("MASTER_ADDR", "unset-by-test")
+    monkeypatch.setenv("MASTER_PORT", "0")
+    yield
+    assert not dist.is_initialized(), "a test left a process group behind"
+
+
+# Worker functions for launch: top level, so that spawned processes can import them.
+
+def sleeps_forever(rank, world_size):
+    time.sleep(600)
+
+
+def _pretend_main(rank, world_size):
+    return rank
+
+
+_pretend_main.__module__ = "__main__"  # as if defined in a script or a notebook
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_free_port():
+    import socket
+
+    port = free_port()
+    assert 0 < port < 65536
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free right now
+
+
+@no_cuda
+def test_default_backend_without_cuda():
+    assert default_backend() == "gloo"
+
+
+def test_single_rank_group_gloo():
+    with single_rank_group("gloo") as backend:
+        assert backend == "gloo"
+        assert dist.is_initialized()
+        assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "gloo")
+        t = torch.tensor([2.0])
+        dist.all_reduce(t)
+        assert t.item() == 2.0  # one rank: the sum is its own value
+        # a metric synced over the one-rank group computes its own value
+        m = MeanMetric()
+        m.update(torch.tensor([1.0, 2.0]))
+        assert float(m.compute()) == 1.5
+    assert not dist.is_initialized()
+
+
+def test_single_rank_group_destroyed_when_the_body_raises():
+    with pytest.raises(KeyError, match="boom"):
+        with single_rank_group("gloo"):
+            raise KeyError("boom")
+    assert not dist.is_initialized()
+
+
+def test_single_rank_group_uses_the_given_port():
+    port = free_port()
+    import os
+
+    with single_rank_group("gloo", port=port):
+        assert os.environ["MASTER_PORT"] == str(port)
+
+
+def test_single_rank_group_refuses_a_second_group():
+    with single_rank_group("gloo"):
+        with pytest.raises(RuntimeError, match=r"a default process group already exists.*destroy_process_group"):
+            with single_rank_group("gloo"):
+                pass
+        assert dist.is_initialized()  # the outer group is untouched
+    assert not dist.is_initialized()
+
+
+@no_cuda
+def test_single_rank_group_nccl_needs_cuda():
+    with pytest.raises(RuntimeError, match=r"backend 'nccl' needs CUDA and torch sees none; use 'gloo' or 'cuda:gloo'"):
+        with single_rank_group("nccl"):
+            pass
+    assert not dist.is_initialized()
+
+
+def test_single_rank_group_rejects_non_string_backend():
+    with pytest.raises(TypeError, match=r"backend must be a string such as 'nccl', 'gloo' or 'cuda:gloo', not 3"):
+        with single_rank_group(3):  # type: ignore[arg-type]
+            pass
+
+
+def test_cuda_only_group_breaks_cpu_metric_compute():
+    """The article's DDP failure on a CPU machine: a group with a backend for CUDA tensors only
+    (as NCCL is) cannot all-gather a CPU metric's state when compute() syncs it."""
+    with single_rank_group("cuda:gloo"):
+        m = MeanMetric()
+        m.update(torch.tensor(1.0))
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            m.compute()
+        # without the sync on compute, the same metric in the same group computes fine
+        local = MeanMetric(sync_on_compute=False)
+        local.update(torch.tensor([1.0, 3.0]))
+        assert float(local.compute()) == 2.0
+    assert not dist.is_initialized()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launch (spawned processes, gloo)
+
+
+def test_launch_rank_and_size():
+    results = launch(rank_and_size, 2, backend="gloo", timeout=120)
+    assert [(r.rank, r.ok, r.value, r.error) for r in results] == [(0, True, (0, 2), None), (1, True, (1, 2), None)]
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("sync_on_compute,expected", [(True, [1.5, 1.5]), (False, [1.0, 2.0])])
+def test_launch_metric_compute(sync_on_compute, expected):
+    # rank r updates with r + 1: synced, both see the mean of 1 and 2; unsynced, each its own value
+    results = launch(metric_compute, 2, "cpu", sync_on_compute, backend="gloo", timeout=120)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.value for r in results] == expected
+
+
+def test_launch_failure_returns_quickly_and_cleans_up():
+    start = time.monotonic()
+    results = launch(always_fails, 2, backend="gloo", timeout=120)
+    elapsed = time.monotonic() - start
+    assert elapsed < 60, elapsed  # far below the timeout: the failure ends the wait
+    assert not results[0].ok
+    assert results[0].error.startswith("ValueError: planned failure on rank 0")
+    assert not results[1].ok  # rank 1 waited in a barrier: killed, or failed when rank 0 left
+    assert multiprocessing.active_children() == []
+
+
+def test_launch_terminates_workers_after_the_timeout():
+    start = time.monotonic()
+    results = launch(sleeps_forever, 1, backend="gloo", timeout=5)
+    assert time.monotonic() - start < 30
+    assert results == [WorkerResult(0, error="no result: the worker was terminated or died")]
+    assert multiprocessing.active_children() == []
+
+
+def test_launch_rejects_lambdas_and_local_functions():
+    def local(rank, world_size):
+        return rank
+
+    for fn in (lambda rank, world_size: rank, local, _pretend_main):
+        with pytest.raises(ValueError, match=r"spawned processes cannot import it; move it to the top level"):
+            launch(fn, 2, backend="gloo")
+
+
+@pytest.mark.parametrize("fn,world_size,error,message", [
+    (3, 2, TypeError, "fn must be a function, not int"),
+    (rank_and_size, 0, ValueError, "world_size must be an int >= 1, got 0"),
+    (rank_and_size, True, ValueError, "world_size must be an int >= 1, got True"),
+    (rank_and_size, 1.0, ValueError, r"world_size must be an int >= 1, got 1.0"),
+])
+def test_launch_rejects_bad_arguments(fn, world_size, error, message):
+    with pytest.raises(error, match=message):
+        launch(fn, world_size, backend="gloo")
+    assert multiprocessing.active_children() == []  # refused before starting anything
+
+
+@no_cuda
+def test_launch_nccl_needs_one_gpu_per_rank():
+    with pytest.raises(RuntimeError, match=r"needs one GPU per rank: 2 ranks, 0 GPUs; use backend='gloo'"):
+        launch(rank_and_size, 2, backend="nccl")
+
+
+def test_worker_result_ok():
+    assert WorkerResult(0, value=1).ok
+    assert not WorkerResult(1, error="x").ok

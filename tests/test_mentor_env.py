@@ -1,0 +1,141 @@
+"""CPU tests of mentor.env: profile selection, Profile.with_, needs_cuda, pick_device, environment_report."""
+
+import json
+
+import pytest
+import torch
+
+from mentor import env
+from mentor.env import PROFILE_VARIABLE, PROFILES, Profile, environment_report, get_profile, needs_cuda, pick_device
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only expectations (no CUDA device)")
+
+
+def test_profiles_listed():
+    assert set(PROFILES) == {"full", "smoke"}
+
+
+def test_smoke_profile_runs_on_cpu():
+    p = get_profile("smoke")
+    assert p.name == "smoke"
+    assert p.device == torch.device("cpu")
+    assert not p.is_cuda
+
+
+def test_default_without_cuda_and_without_variable_is_smoke(monkeypatch):
+    monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
+    assert get_profile().name == "smoke"
+
+
+def test_empty_variable_counts_as_unset(monkeypatch):
+    monkeypatch.setenv(PROFILE_VARIABLE, "")
+    assert get_profile().name == "smoke"
+
+
+def test_variable_selects_profile(monkeypatch):
+    monkeypatch.setenv(PROFILE_VARIABLE, "smoke")
+    assert get_profile().name == "smoke"
+
+
+def test_explicit_name_beats_variable(monkeypatch):
+    monkeypatch.setenv(PROFILE_VARIABLE, "bogus")
+    assert get_profile("smoke").name == "smoke"
+
+
+def test_variable_with_unknown_profile_is_rejected(monkeypatch):
+    monkeypatch.setenv(PROFILE_VARIABLE, "fast")
+    with pytest.raises(ValueError, match=r"Unknown profile 'fast'.*'full', 'smoke'.*MENTOR_PROFILE"):
+        get_profile()
+
+
+def test_variable_full_without_cuda_is_rejected(monkeypatch):
+    monkeypatch.setenv(PROFILE_VARIABLE, "full")
+    with pytest.raises(RuntimeError, match=r"get_profile\('smoke'\)|MENTOR_PROFILE=smoke"):
+        get_profile()
+
+
+def test_unknown_profile_name():
+    with pytest.raises(ValueError, match=r"Unknown profile 'fast': pass one of \['full', 'smoke'\]"):
+        get_profile("fast")
+
+
+def test_full_without_cuda_mentions_smoke():
+    with pytest.raises(RuntimeError, match="smoke"):
+        get_profile("full")
+
+
+def test_with_changes_fields_and_keeps_the_rest():
+    p = get_profile("smoke")
+    q = p.with_(steps=p.steps + 7, batch_size=3)
+    assert (q.steps, q.batch_size) == (p.steps + 7, 3)
+    assert (q.name, q.image_size, q.device, q.rounds) == (p.name, p.image_size, p.device, p.rounds)
+    assert p.steps != q.steps  # the original is unchanged (frozen dataclass)
+
+
+def test_with_rejects_unknown_fields():
+    p = get_profile("smoke")
+    with pytest.raises(TypeError, match=r"Profile has no field\(s\) \['stepz'\]; fields are .*'steps'"):
+        p.with_(stepz=3)
+
+
+def test_profile_is_frozen():
+    p = get_profile("smoke")
+    with pytest.raises(Exception):  # dataclasses.FrozenInstanceError
+        p.steps = 1  # type: ignore[misc]
+
+
+def test_needs_cuda_prints_and_returns_true_on_smoke(capsys):
+    assert needs_cuda(get_profile("smoke"), "sync counts") is True
+    out = capsys.readouterr().out
+    assert "sync counts need a CUDA device" in out
+    assert out.startswith("[smoke profile on cpu]")
+
+
+def test_needs_cuda_false_for_a_cuda_profile(capsys):
+    # A Profile on a CUDA device can be built without a GPU: needs_cuda only looks at the device.
+    p = get_profile("smoke").with_(device=torch.device("cuda"))
+    assert needs_cuda(p, "anything") is False
+    assert capsys.readouterr().out == ""
+
+
+def test_needs_cuda_rejects_non_profile():
+    with pytest.raises(TypeError, match=r"mentor.env.Profile \(from get_profile\(\)\), not str"):
+        needs_cuda("smoke", "x")  # type: ignore[arg-type]
+
+
+def test_pick_device():
+    assert pick_device() == torch.device("cpu")
+    assert pick_device("cpu") == torch.device("cpu")
+
+
+def test_pick_device_rejects_cuda_without_gpu():
+    with pytest.raises(RuntimeError, match="pass 'cpu' or None"):
+        pick_device("cuda")
+
+
+def test_pick_device_rejects_non_string():
+    with pytest.raises(TypeError, match="prefer must be a device string such as 'cuda' or 'cpu', not int"):
+        pick_device(0)  # type: ignore[arg-type]
+
+
+EXPECTED_KEYS = {"date", "python", "platform", "torch", "torchvision", "torchmetrics", "cuda", "gpu",
+                 "gpu_count", "driver", "cpu_count", "executable"}
+
+
+def test_environment_report_keys_and_json():
+    report = environment_report()
+    assert set(report) == EXPECTED_KEYS
+    assert json.loads(json.dumps(report)) == report
+    assert report["torch"] == torch.__version__
+    assert report["gpu"] is None and report["gpu_count"] == 0 and report["driver"] is None
+
+
+def test_version_of_missing_package():
+    assert env._version("surely-not-an-installed-package-xyz") is None
+
+
+def test_profile_sizes_are_positive():
+    for name in PROFILES:
+        sizes = env._SIZES[name]
+        assert set(sizes) == {f for f in Profile.__dataclass_fields__ if f not in ("name", "device")}
+        assert all(isinstance(v, int) and v > 0 for v in sizes.values()), name

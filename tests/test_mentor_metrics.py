@@ -1,0 +1,532 @@
+"""CPU tests of mentor.metrics: the sync-free variants against torchmetrics, the metric sets, TensorBoard I/O."""
+
+import math
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from torch.testing import assert_close
+from torchmetrics import Accuracy, MaxMetric, MeanMetric, MinMetric, SumMetric
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassF1Score,
+    MulticlassPrecision,
+    MulticlassRecall,
+    MulticlassStatScores,
+)
+
+from mentor.metrics import (
+    METRIC_SETS,
+    MetricSet,
+    host_scalar,
+    log_to_tensorboard,
+    metric_set,
+    multiclass_counts,
+    read_tensorboard,
+    scatter_stat_scores,
+    suppress_nan_check,
+)
+
+AGGREGATORS = [MeanMetric, SumMetric, MaxMetric, MinMetric]
+
+# slow CPUs and the NumPy/Tensor strategies: judge the examples, not the time it takes to draw them
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+EXACT = dict(rtol=0.0, atol=0.0, equal_nan=True)  # same arithmetic on the same tensors: bit-identical
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Random inputs for the aggregation metrics
+
+finite32 = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+
+
+@st.composite
+def values(draw, nan: bool = False):
+    """A Python float, or a float32 / float64 / int64 tensor of random shape. With ``nan``: contains a NaN."""
+    kind = draw(st.sampled_from(["float", "float32", "float64", "int64"] if not nan else ["float", "float32"]))
+    if kind == "float":
+        return float("nan") if nan else draw(finite32)
+    shape = draw(shapes if not nan else hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4))
+    if kind == "int64":
+        arr = draw(hnp.arrays(np.int64, shape, elements=st.integers(-1000, 1000)))
+    else:
+        arr = draw(hnp.arrays(np.dtype(kind), shape, elements=finite32))
+    t = torch.from_numpy(np.array(arr))
+    if nan:
+        t.view(-1)[draw(st.integers(0, t.numel() - 1))] = float("nan")
+    return t
+
+
+@st.composite
+def weights_for(draw, value):
+    """None, a Python float or a tensor broadcastable to ``value``'s shape (non-negative)."""
+    kind = draw(st.sampled_from(["none", "float", "tensor"]))
+    if kind == "none":
+        return None
+    w = st.floats(0.0, 10.0, width=32)
+    if kind == "float":
+        return draw(w)
+    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else ()
+    k = draw(st.integers(0, len(shape)))
+    wshape = tuple(draw(st.sampled_from([s, 1])) for s in shape[len(shape) - k:])
+    return torch.from_numpy(np.array(draw(hnp.arrays(np.float32, wshape, elements=w))))
+
+
+@st.composite
+def updates(draw, weighted: bool, nan: bool = False):
+    """A list of (value, weight) updates; with ``nan`` one of them contains a NaN."""
+    n = draw(st.integers(1, 5))
+    out = []
+    nan_at = draw(st.integers(0, n - 1)) if nan else -1
+    for i in range(n):
+        v = draw(values(nan=i == nan_at))
+        out.append((v, draw(weights_for(v)) if weighted else None))
+    return out
+
+
+def clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def feed(metric, stream):
+    for v, w in stream:
+        if w is None:
+            metric.update(clone(v))
+        else:
+            metric.update(clone(v), weight=clone(w))
+    return metric
+
+
+# ----------------------------------------------------------------------------------------------------------
+# suppress_nan_check
+
+
+@pytest.mark.parametrize("cls", AGGREGATORS)
+@settings(max_examples=60, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_suppressed_equals_default_without_nan(cls, data):
+    stream = data.draw(updates(weighted=cls is MeanMetric))
+    reference = feed(cls(nan_strategy="error"), stream)  # no NaN here: the check passes
+    fast = feed(suppress_nan_check(cls)(), stream)
+    assert_close(fast.compute(), reference.compute(), **EXACT)
+    # the default policy (no explicit nan_strategy) gives the same on NaN-free input
+    assert_close(feed(cls(), stream).compute(), reference.compute(), **EXACT)
+
+
+@pytest.mark.parametrize("cls", AGGREGATORS)
+@settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_nan_raises_in_default_and_propagates_in_suppressed(cls, data):
+    stream = data.draw(updates(weighted=cls is MeanMetric, nan=True))
+    with pytest.raises(RuntimeError, match="Encountered `nan` values in tensor"):
+        feed(cls(nan_strategy="error"), stream)
+    result = feed(suppress_nan_check(cls)(), stream).compute()
+    assert torch.isnan(result), result
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_nan_weight_raises_in_default_and_propagates_in_suppressed(data):
+    stream = data.draw(updates(weighted=False))
+    v = torch.tensor([1.0, 2.0])
+    stream.insert(data.draw(st.integers(0, len(stream))), (v, torch.tensor([1.0, float("nan")])))
+    with pytest.raises(RuntimeError, match="Encountered `nan` values in tensor"):
+        feed(MeanMetric(nan_strategy="error"), stream)
+    assert torch.isnan(feed(suppress_nan_check(MeanMetric)(), stream).compute())
+
+
+def test_suppressed_mean_keeps_weights():
+    m = suppress_nan_check(MeanMetric)()
+    m.update(torch.tensor([1.0, 3.0]), weight=torch.tensor([1.0, 3.0]))
+    assert float(m.compute()) == (1 * 1 + 3 * 3) / (1 + 3)
+
+
+def test_default_mean_policy_drops_nan_with_a_warning_suppressed_gives_nan():
+    # torchmetrics 1.9.0: MeanMetric() defaults to nan_strategy="warn" (drop NaNs, warn);
+    # the suppressed subclass has no policy at all: the NaN reaches the sum.
+    with pytest.warns(UserWarning, match="nan"):
+        default = feed(MeanMetric(), [(torch.tensor([1.0, float("nan"), 3.0]), None)]).compute()
+    assert float(default) == 2.0
+    assert math.isnan(float(feed(suppress_nan_check(MeanMetric)(), [(torch.tensor([1.0, float("nan"), 3.0]), None)]).compute()))
+
+
+def test_suppressed_class_identity():
+    cls = suppress_nan_check(SumMetric)
+    assert issubclass(cls, SumMetric)
+    assert cls.__name__ == "NoNanCheckSumMetric"
+    assert cls.__module__ == "mentor.metrics"
+
+
+@pytest.mark.parametrize("bad", [int, Accuracy, MulticlassPrecision, MeanMetric(), "MeanMetric", None])
+def test_suppress_nan_check_rejects_non_aggregators(bad):
+    with pytest.raises(TypeError, match=r"subclass of torchmetrics.aggregation.BaseAggregator such as MeanMetric"):
+        suppress_nan_check(bad)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# torchmetrics' own nan_strategy="disable": documents a torchmetrics behaviour, not a mentor bug.
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
+@given(
+    v=hnp.arrays(np.float32, st.integers(2, 8), elements=st.floats(-100, 100, width=32)),
+    data=st.data(),
+)
+def test_torchmetrics_disable_ignores_weights(v, data):
+    """DOCUMENTS TORCHMETRICS 1.9.0 (not xfail): MeanMetric(nan_strategy="disable") drops the given weights.
+
+    Its BaseAggregator._cast_and_nan_check_input replaces ``weight`` with ``ones_like(x)`` when
+    nan_strategy == "disable", so the "weighted" mean is the plain mean. If torchmetrics fixes
+    this, this test fails: then the "built-in" metric set may be used with weights, and the book's
+    remark about it must change.
+    """
+    w = data.draw(hnp.arrays(np.float32, v.shape, elements=st.floats(0.5, 10, width=32)))
+    assume(len(set(w.tolist())) > 1)  # non-uniform weights
+    values, weights = torch.from_numpy(v), torch.from_numpy(w)
+    weighted = float((values * weights).sum() / weights.sum())
+    plain = float(values.mean())
+    assume(abs(weighted - plain) > 1e-3 * (1 + abs(plain)))  # weights that change the mean
+    default = feed(MeanMetric(), [(values, weights)]).compute()
+    disabled = feed(MeanMetric(nan_strategy="disable"), [(values, weights)]).compute()
+    assert_close(default, torch.tensor(weighted), rtol=1e-4, atol=1e-4)
+    assert_close(disabled, torch.tensor(plain), rtol=1e-4, atol=1e-4)   # the weights were ignored
+    assert not torch.allclose(disabled, default, rtol=1e-4, atol=1e-4)
+    # mentor's subclass keeps them
+    assert_close(feed(suppress_nan_check(MeanMetric)(), [(values, weights)]).compute(), default, **EXACT)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# scatter_stat_scores and multiclass_counts
+
+STAT_CLASSES = [MulticlassPrecision, MulticlassRecall, MulticlassF1Score, MulticlassAccuracy, MulticlassStatScores]
+AVERAGES = ["macro", "weighted", "none", "micro"]
+
+
+@st.composite
+def classification_batch(draw, num_classes: int, logits: bool, extra_dim: int):
+    n = draw(st.integers(1, 24))
+    tail = (extra_dim,) if extra_dim else ()
+    labels = st.integers(0, num_classes - 1)
+    target = torch.tensor(draw(hnp.arrays(np.int64, (n, *tail), elements=labels)))
+    if logits:
+        preds = torch.tensor(draw(hnp.arrays(np.float32, (n, num_classes, *tail),
+                                             elements=st.floats(-5, 5, width=32))))
+    else:
+        preds = torch.tensor(draw(hnp.arrays(np.int64, (n, *tail), elements=labels)))
+    return preds, target
+
+
+@pytest.mark.parametrize("average", AVERAGES)
+@pytest.mark.parametrize("cls", STAT_CLASSES, ids=lambda c: c.__name__)
+@settings(max_examples=15, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_scatter_equals_torchmetrics(cls, average, data):
+    num_classes = data.draw(st.integers(2, 50), label="num_classes")
+    logits = data.draw(st.booleans(), label="logits")
+    extra_dim = data.draw(st.sampled_from([0, 0, 3]), label="extra_dim")
+    plain = cls(num_classes=num_classes, average=average)
+    fast = scatter_stat_scores(cls)(num_classes=num_classes, average=average)
+    for _ in range(data.draw(st.integers(1, 4), label="updates")):
+        preds, target = data.draw(classification_batch(num_classes, logits, extra_dim))
+        plain.update(preds, target)
+        fast.update(preds, target)
+    assert_close(fast.compute(), plain.compute(), equal_nan=True)
+
+
+@pytest.mark.parametrize("kwargs", [dict(ignore_index=0), dict(top_k=2), dict(multidim_average="samplewise")])
+def test_scatter_falls_back_for_other_settings(kwargs):
+    g = torch.Generator().manual_seed(0)
+    plain = MulticlassPrecision(num_classes=5, **kwargs)
+    fast = scatter_stat_scores(MulticlassPrecision)(num_classes=5, **kwargs)
+    for _ in range(3):
+        target = torch.randint(0, 5, (16, 4), generator=g)
+        preds = torch.randn(16, 5, 4, generator=g)
+        plain.update(preds, target)
+        fast.update(preds, target)
+    assert_close(fast.compute(), plain.compute(), equal_nan=True)
+
+
+def test_scatter_does_not_use_bincount(monkeypatch):
+    """The fast path really runs: with torchmetrics' bincount disabled, the plain metric fails and ours doesn't."""
+    import importlib
+
+    # the package re-exports a function called stat_scores: import the module by its full name
+    tm_stat_scores = importlib.import_module("torchmetrics.functional.classification.stat_scores")
+
+    def no_bincount(*args, **kwargs):
+        raise AssertionError("bincount called")
+
+    monkeypatch.setattr(tm_stat_scores, "_bincount", no_bincount)
+    preds, target = torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2])
+    with pytest.raises(AssertionError, match="bincount called"):
+        MulticlassPrecision(num_classes=3).update(preds, target)
+    fast = scatter_stat_scores(MulticlassPrecision)(num_classes=3)
+    fast.update(preds, target)
+    # precision per class: 1/1, 1/1, 1/2 -> macro 5/6
+    assert_close(fast.compute(), torch.tensor(5 / 6))
+
+
+def test_scatter_validates_like_torchmetrics():
+    fast = scatter_stat_scores(MulticlassPrecision)(num_classes=3)
+    with pytest.raises(ValueError, match="should have the same shape"):
+        fast.update(torch.tensor([0, 1, 2]), torch.tensor([0, 1]))
+    with pytest.raises(RuntimeError, match="Detected more unique values in `target` than expected"):
+        fast.update(torch.tensor([0, 1, 2, 1]), torch.tensor([0, 1, 5, 7]))
+
+
+@pytest.mark.xfail(strict=True, reason="mentor bug: scatter_stat_scores argmaxes every float `preds`, but "
+                                        "torchmetrics only argmaxes when preds has one more dim than target; "
+                                        "float class labels of target's shape raise IndexError instead")
+def test_scatter_float_labels_like_torchmetrics():
+    preds, target = torch.tensor([0.0, 2.0, 1.0, 1.0]), torch.tensor([0, 1, 1, 2])
+    plain = MulticlassPrecision(num_classes=3)
+    fast = scatter_stat_scores(MulticlassPrecision)(num_classes=3)
+    plain.update(preds, target)
+    fast.update(preds, target)
+    assert_close(fast.compute(), plain.compute())
+
+
+@pytest.mark.parametrize("bad", [MeanMetric, Accuracy, int, MulticlassPrecision(num_classes=3), None])
+def test_scatter_stat_scores_rejects_other_classes(bad):
+    with pytest.raises(TypeError, match=r"multiclass stat-score metric class such as .*MulticlassPrecision"):
+        scatter_stat_scores(bad)
+
+
+def brute_force_counts(preds, target, num_classes):
+    tp, fp, tn, fn = ([0] * num_classes for _ in range(4))
+    for p, t in zip(preds, target):
+        for c in range(num_classes):
+            if p == c and t == c:
+                tp[c] += 1
+            elif p == c:
+                fp[c] += 1
+            elif t == c:
+                fn[c] += 1
+            else:
+                tn[c] += 1
+    return tp, fp, tn, fn
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_multiclass_counts_brute_force(data):
+    num_classes = data.draw(st.integers(1, 20))
+    n = data.draw(st.integers(0, 50))
+    labels = st.lists(st.integers(0, num_classes - 1), min_size=n, max_size=n)
+    preds, target = data.draw(labels), data.draw(labels)
+    got = multiclass_counts(torch.tensor(preds, dtype=torch.long), torch.tensor(target, dtype=torch.long),
+                            num_classes)
+    assert [t.tolist() for t in got] == list(brute_force_counts(preds, target, num_classes))
+    assert all(t.dtype == torch.long and t.shape == (num_classes,) for t in got)
+
+
+@pytest.mark.xfail(strict=True, reason="mentor bug: multiclass_counts does not check that preds and target "
+                                        "have the same shape and silently returns wrong counts")
+def test_multiclass_counts_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="shape"):
+        multiclass_counts(torch.tensor([0, 1, 2]), torch.tensor([1]), 3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# metric sets
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_metric_sets_agree(data):
+    num_classes = data.draw(st.integers(2, 20))
+    steps = data.draw(st.integers(1, 4))
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    g = torch.Generator().manual_seed(seed)
+    stream = []
+    for _ in range(steps):
+        n = int(torch.randint(1, 9, (), generator=g))
+        logits = torch.randn(n, num_classes, generator=g)
+        target = torch.randint(0, num_classes, (n,), generator=g)
+        stream.append((torch.nn.functional.cross_entropy(logits, target), logits, target))
+    computed = {}
+    for variant in METRIC_SETS:
+        ms = metric_set(variant, num_classes=num_classes)
+        for loss, logits, target in stream:
+            ms.update(loss, logits, target)
+        computed[variant] = ms.compute()
+    reference = computed["naive"]
+    assert sorted(reference) == ["accuracy", "avg_loss", "f1_score", "precision", "recall"]
+    assert math.isclose(reference["avg_loss"], float(torch.stack([s[0] for s in stream]).mean()), rel_tol=1e-5)
+    for variant, values in computed.items():
+        assert values == reference, variant
+
+
+def test_metric_set_variants():
+    assert {"naive", "optimized", "built-in"} <= set(METRIC_SETS)
+    sets = {v: metric_set(v, num_classes=10) for v in METRIC_SETS}
+    for variant, ms in sets.items():
+        assert isinstance(ms, MetricSet)
+        assert sorted(ms.metrics) == ["accuracy", "avg_loss", "f1_score", "precision", "recall"]
+        assert ms.description == METRIC_SETS[variant]
+    assert type(sets["naive"].metrics["avg_loss"]) is MeanMetric and sets["naive"].loss_weight is None
+    assert type(sets["optimized"].metrics["avg_loss"]).__name__ == "NoNanCheckMeanMetric"
+    assert sets["optimized"].loss_weight == "tensor"
+    assert sets["built-in"].metrics["avg_loss"].nan_strategy == "disable"
+    # torchmetrics ignores weights with nan_strategy="disable" (see above): the built-in set must not rely on them
+    assert sets["built-in"].loss_weight is None
+
+
+@pytest.mark.parametrize("loss_weight,expected", [(None, "absent"), ("tensor", torch.Tensor), ("float", float)])
+def test_metric_set_feeds_the_loss_weight(loss_weight, expected):
+    seen = {}
+
+    class Spy(MeanMetric):
+        def update(self, value, weight=None):
+            seen["value"], seen["weight"] = value, weight
+            super().update(value, weight=weight) if weight is not None else super().update(value)
+
+    ms = MetricSet({"avg_loss": Spy()}, loss_weight=loss_weight)
+    ms.update(torch.tensor(0.7), torch.randn(2, 3), torch.tensor([0, 2]))
+    if expected == "absent":
+        assert seen["weight"] is None
+    else:
+        assert isinstance(seen["weight"], expected) and float(seen["weight"]) == 1.0
+    assert math.isclose(ms.compute()["avg_loss"], 0.7, rel_tol=1e-6)
+
+
+def test_metric_set_rejects_unknown_loss_weight():
+    with pytest.raises(ValueError, match=r"loss_weight must be None, 'tensor' or 'float', got True"):
+        MetricSet({}, loss_weight=True)  # the old bool API
+
+
+def test_metric_set_report_resets_and_remembers():
+    ms = metric_set("optimized", num_classes=3)
+    logits = torch.tensor([[5.0, 0.0, 0.0], [0.0, 5.0, 0.0]])
+    ms.update(torch.tensor(1.0), logits, torch.tensor([0, 1]))       # both right
+    first = ms.report(2)
+    assert first == {"step": 2.0, "avg_loss": 1.0, "accuracy": 1.0, "precision": 1.0, "recall": 1.0,
+                     "f1_score": 1.0}
+    ms.update(torch.tensor(3.0), logits, torch.tensor([1, 0]))       # both wrong
+    second = ms.report(4)
+    assert second["avg_loss"] == 3.0 and second["accuracy"] == 0.0   # the first update was reset
+    assert ms.history == [first, second]
+
+
+def test_metric_set_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"Unknown metric set 'x': pass one of " + re.escape(str(list(METRIC_SETS)))):
+        metric_set("x")
+    for bad in (1, True, 2.0):
+        with pytest.raises(ValueError, match=f"num_classes must be an int >= 2, got {bad!r}"):
+            metric_set("naive", num_classes=bad)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# host_scalar
+
+
+@pytest.mark.parametrize("value", [0.25, 3, -1.5, np.float64(0.5)])
+def test_host_scalar_numbers(value):
+    t = host_scalar(value)
+    assert t.shape == () and t.dtype == torch.float32 and t.device.type == "cpu"
+    assert float(t) == float(np.float32(value))
+
+
+def test_host_scalar_tensor():
+    src = torch.tensor([2.0], dtype=torch.float64, requires_grad=True)
+    t = host_scalar(src)
+    assert t.shape == () and t.dtype == torch.float32 and not t.requires_grad and float(t) == 2.0
+
+
+@pytest.mark.parametrize("bad", ["a", None, True, [1.0]])
+def test_host_scalar_rejects_non_numbers(bad):
+    with pytest.raises(TypeError, match=f"host_scalar takes a Python number, not {type(bad).__name__}"):
+        host_scalar(bad)
+
+
+def test_host_scalar_rejects_several_numbers():
+    with pytest.raises(ValueError, match=r"host_scalar takes one number, got a tensor of shape \(2,\)"):
+        host_scalar(torch.tensor([1.0, 2.0]))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# TensorBoard
+
+
+def test_tensorboard_round_trip(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    log_to_tensorboard(writer, {"step": 2.0, "accuracy": 0.5, "avg_loss": 1 / 3}, step=2)
+    log_to_tensorboard(writer, {"accuracy": 0.75, "avg_loss": 0.125}, step=4)
+    log_to_tensorboard(writer, {"accuracy": 1.0}, step=6, prefix="val/")
+    writer.close()
+    got = read_tensorboard(tmp_path)
+    # TensorBoard stores scalars as float32: compare with the float32 rounding of what was written.
+    f32 = lambda x: float(np.float32(x))  # noqa: E731
+    assert got == {
+        "train/accuracy": [(2, 0.5), (4, 0.75)],
+        "train/avg_loss": [(2, f32(1 / 3)), (4, 0.125)],
+        "val/accuracy": [(6, 1.0)],
+    }
+
+
+def test_read_tensorboard_merges_subdirectories(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    for name, value in (("a", 1.0), ("b", 2.0)):
+        w = SummaryWriter(str(tmp_path / name))
+        log_to_tensorboard(w, {"x": value}, step=1 if name == "a" else 0)
+        w.close()
+    assert read_tensorboard(tmp_path) == {"train/x": [(0, 2.0), (1, 1.0)]}
+
+
+def test_log_to_tensorboard_rejects_non_writer():
+    with pytest.raises(TypeError, match=r"writer must be a SummaryWriter \(with add_scalar\), not dict"):
+        log_to_tensorboard({}, {"a": 1.0}, step=0)
+
+
+def test_read_tensorboard_missing_or_empty(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no TensorBoard event files under .*pass the logdir"):
+        read_tensorboard(tmp_path / "nothing-here")
+    with pytest.raises(FileNotFoundError, match="no TensorBoard event files"):
+        read_tensorboard(tmp_path)  # exists but empty
+
+
+def test_suppressed_mean_emits_no_warning():
+    # the NaN-free path of the suppressed metric emits no warning (nothing is checked, nothing is dropped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        feed(suppress_nan_check(MeanMetric)(), [(torch.tensor([1.0]), None)]).compute()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# plot_scalars
+
+
+@pytest.fixture
+def close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def test_plot_scalars_one_axes_per_tag(close_figures):
+    from mentor.metrics import plot_scalars
+
+    scalars = {"train/b": [(1, 2.0), (2, 1.5)], "train/a": [(1, 0.5), (3, 0.25), (5, 0.125)]}
+    axes = plot_scalars(scalars)
+    assert len(axes) == 2
+    # sorted by tag: a first; each axes shows its points
+    assert [ax.get_title() for ax in axes] == ["train/a", "train/b"]
+    x, y = axes[0].lines[0].get_data()
+    assert list(x) == [1, 3, 5] and list(y) == [0.5, 0.25, 0.125]
+
+
+def test_plot_scalars_rejects_empty(close_figures):
+    from mentor.metrics import plot_scalars
+
+    with pytest.raises(ValueError, match="no scalars to plot: log some with log_to_tensorboard first"):
+        plot_scalars({})

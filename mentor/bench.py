@@ -320,10 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from mentor.data import device_batches
 
+    for flag, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--rounds", args.rounds, 1)):
+        if value is not None and value < low:
+            parser.error(f"{flag} must be at least {low}, got {value}")
     profile = get_profile(args.profile)
-    steps = args.steps or profile.steps
+    steps = args.steps if args.steps is not None else profile.steps
     warmup = args.warmup if args.warmup is not None else profile.warmup
-    rounds = args.rounds or profile.rounds
+    rounds = args.rounds if args.rounds is not None else profile.rounds
     print(f"profile {profile.name} on {profile.device}: batch {profile.batch_size}, "
           f"{profile.image_size} px, {rounds} rounds of {warmup}+{steps} steps", flush=True)
     setup = build_setup(profile.num_classes, profile.device)

@@ -60,9 +60,11 @@ def single_rank_group(backend: str | None = None, port: int | None = None) -> It
         raise RuntimeError(f"backend {backend!r} needs CUDA and torch sees none; use 'gloo' or 'cuda:gloo'.")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port or free_port())
-    if torch.cuda.is_available():
-        torch.cuda.set_device(0)
-    dist.init_process_group(backend, rank=0, world_size=1)
+    device_id = None
+    if "nccl" in backend:
+        device_id = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device_id)
+    dist.init_process_group(backend, rank=0, world_size=1, device_id=device_id)
     try:
         yield backend
     finally:
@@ -87,9 +89,11 @@ def _run_worker(rank: int, world_size: int, backend: str, port: int, fn: Callabl
                 queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
+        device_id = None
         if "nccl" in backend:
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+            device_id = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device_id)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, device_id=device_id)
         queue.put(WorkerResult(rank, value=fn(rank, world_size, *args)))
     except BaseException as err:  # noqa: BLE001 - reported to the parent, not swallowed
         queue.put(WorkerResult(rank, error=f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"))

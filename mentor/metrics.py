@@ -82,7 +82,7 @@ def scatter_stat_scores(metric_cls: type[MulticlassStatScores]) -> type[Multicla
                 _multiclass_stat_scores_tensor_validation,
             )
             _multiclass_stat_scores_tensor_validation(preds, target, self.num_classes, self.multidim_average, None)
-        if preds.is_floating_point():
+        if preds.ndim == target.ndim + 1:
             preds = preds.argmax(dim=1)
         preds, target = preds.reshape(-1).long(), target.reshape(-1).long()
         tp, fp, tn, fn = multiclass_counts(preds, target, self.num_classes)
@@ -103,6 +103,9 @@ def multiclass_counts(
         >>> tp.tolist(), fp.tolist(), tn.tolist(), fn.tolist()
         ([1, 1], [0, 1], [1, 1], [1, 0])
     """
+    if preds.shape != target.shape:
+        raise ValueError(f"preds and target must have the same shape (class indices), got {tuple(preds.shape)} "
+                         f"and {tuple(target.shape)}; argmax logits over the class dimension first.")
     hit = (preds == target).long()
     miss = 1 - hit
     tp = torch.zeros(num_classes, dtype=torch.long, device=preds.device).scatter_add_(0, target, hit)

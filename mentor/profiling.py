@@ -298,6 +298,9 @@ def audit(cases: dict[str, Callable[[], Any]]) -> str:
     """
     if not isinstance(cases, dict) or not all(callable(f) for f in cases.values()):
         raise TypeError("audit takes a dict of {label: callable with no arguments}.")
+    if not torch.cuda.is_available():
+        raise RuntimeError("audit counts CUDA host-device syncs and torch sees no CUDA device here; "
+                           "run it on a GPU machine (mentor.env.needs_cuda tells you when to skip).")
     lines = []
     for label, fn in cases.items():
         fn()

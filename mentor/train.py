@@ -169,7 +169,13 @@ def train(
     for index in range(total):
         if index == warmup:
             clock.mark()
-        images, labels = next(iterator)
+        try:
+            images, labels = next(iterator)
+        except StopIteration:
+            raise ValueError(
+                f"batches ran out after {index} of {total} steps (warmup {warmup} + steps {steps}); pass an "
+                "endless stream such as mentor.data.device_batches(...) or a loader with enough batches."
+            ) from None
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)

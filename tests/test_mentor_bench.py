@@ -354,9 +354,6 @@ def test_cli_rejects_unknown_profile(capsys):
 
 
 @pytest.mark.parametrize("flag", ["--steps", "--rounds"])
-@pytest.mark.xfail(strict=True, reason="mentor bug: main() uses `args.steps or profile.steps` (and the same for "
-                                        "--rounds), so 0 silently becomes the profile's default instead of "
-                                        "being rejected (--warmup uses `is not None`)")
 def test_cli_rejects_zero(monkeypatch, flag):
     called = {}
 

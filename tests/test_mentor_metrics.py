@@ -280,9 +280,6 @@ def test_scatter_validates_like_torchmetrics():
         fast.update(torch.tensor([0, 1, 2, 1]), torch.tensor([0, 1, 5, 7]))
 
 
-@pytest.mark.xfail(strict=True, reason="mentor bug: scatter_stat_scores argmaxes every float `preds`, but "
-                                        "torchmetrics only argmaxes when preds has one more dim than target; "
-                                        "float class labels of target's shape raise IndexError instead")
 def test_scatter_float_labels_like_torchmetrics():
     preds, target = torch.tensor([0.0, 2.0, 1.0, 1.0]), torch.tensor([0, 1, 1, 2])
     plain = MulticlassPrecision(num_classes=3)
@@ -326,8 +323,6 @@ def test_multiclass_counts_brute_force(data):
     assert all(t.dtype == torch.long and t.shape == (num_classes,) for t in got)
 
 
-@pytest.mark.xfail(strict=True, reason="mentor bug: multiclass_counts does not check that preds and target "
-                                        "have the same shape and silently returns wrong counts")
 def test_multiclass_counts_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="shape"):
         multiclass_counts(torch.tensor([0, 1, 2]), torch.tensor([1]), 3)

@@ -228,10 +228,6 @@ def test_audit_rejects_bad_cases(bad):
 
 
 @no_cuda
-@pytest.mark.xfail(strict=True, reason="mentor bug: audit() runs each case and calls torch.cuda.synchronize() "
-                                        "before sync_guard's CUDA check, so without CUDA it fails inside torch "
-                                        "('Found no NVIDIA driver ...') after running the case, not with "
-                                        "sync_guard's message")
 def test_audit_needs_cuda():
     calls = []
     with pytest.raises(RuntimeError, match="no CUDA device"):

@@ -163,8 +163,6 @@ def test_train_rejects_non_callable_hooks(setup, batches, hook):
         train(setup, batches, steps=1, **{hook: 3})
 
 
-@pytest.mark.xfail(strict=True, reason="mentor bug: train() lets a bare StopIteration escape when `batches` "
-                                        "runs out before warmup + steps, instead of a clear error")
 def test_train_with_too_few_batches_says_so(setup):
     batch = next(device_batches(2, 32, NUM_CLASSES))
     with pytest.raises((ValueError, RuntimeError), match="batch"):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
@@ -16,15 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def load_nbtools() -> ModuleType:
-    """Import scripts/nbtools.py (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("nbtools", REPO / "scripts" / "nbtools.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nbtools = load_nbtools()
+from nbtools_loader import nbtools  # noqa: E402
 
 
 def prune_toc(node: object, keep: set[str]) -> object:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
-from types import ModuleType
 
 import nbformat
 import pytest
@@ -14,15 +12,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 REPO = Path(__file__).resolve().parent.parent
 
 
-def load_nbtools() -> ModuleType:
-    """Import scripts/nbtools.py (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("nbtools", REPO / "scripts" / "nbtools.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nbtools = load_nbtools()
+from nbtools_loader import nbtools  # noqa: E402
 NOTEBOOKS = nbtools.default_notebooks()
 
 

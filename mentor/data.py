@@ -43,9 +43,10 @@ def make_loader(
 ) -> DataLoader:
     """A DataLoader over ``dataset`` with worker processes and pinned host memory, as in the article.
 
-    On the H200 machine the 12-worker random-image loader is CPU-bound, and identical runs
-    swung by more than the effect this book measures. The measurements use
-    :func:`device_batches` instead; this loader is here for loops that need a real pipeline.
+    On the H200 machine the 12 workers cannot draw random images as fast as the GPU trains on
+    them, so the loader itself slows the step (chapter 1 of the book measures by how much).
+    The book's measurements use :func:`device_batches` instead; this loader is here for loops
+    that need a real pipeline.
 
     Example:
         >>> loader = make_loader(FakeDataset(image_size=8), batch_size=4, num_workers=0, pin_memory=False)

@@ -41,6 +41,8 @@ def default_backend() -> str:
 def single_rank_group(backend: str | None = None, port: int | None = None) -> Iterator[str]:
     """A process group of one rank in this process (the article's DDP setting), destroyed on exit.
 
+    ``MASTER_ADDR`` and ``MASTER_PORT`` are set for the group and restored afterwards.
+
     ``backend`` is ``nccl``, ``gloo``, or a device map such as ``"cuda:gloo"``, which gives
     the group a backend for CUDA tensors only (on a CPU machine this reproduces what NCCL
     does to CPU tensors). Yields the backend name.
@@ -58,17 +60,25 @@ def single_rank_group(backend: str | None = None, port: int | None = None) -> It
                            "destroy it first (torch.distributed.destroy_process_group()).")
     if "nccl" in backend and not torch.cuda.is_available():
         raise RuntimeError(f"backend {backend!r} needs CUDA and torch sees none; use 'gloo' or 'cuda:gloo'.")
+    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port or free_port())
     device_id = None
     if "nccl" in backend:
         device_id = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device_id)
-    dist.init_process_group(backend, rank=0, world_size=1, device_id=device_id)
     try:
-        yield backend
+        dist.init_process_group(backend, rank=0, world_size=1, device_id=device_id)
+        try:
+            yield backend
+        finally:
+            dist.destroy_process_group()
     finally:
-        dist.destroy_process_group()
+        for key, value in saved.items():  # leave the environment as it was
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass

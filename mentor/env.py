@@ -58,7 +58,7 @@ class Profile:
 _SIZES: dict[str, dict[str, int]] = {
     # The article's setting: ResNet-18 on 224-pixel images, batch 128, 1000 classes.
     "full": dict(image_size=224, batch_size=128, num_classes=1000, warmup=10, steps=60, rounds=5, report_every=50),
-    # Small enough that CI executes every notebook on two CPU cores in a minute or two.
+    # Small enough that CI executes every notebook on two CPU cores in a few minutes.
     "smoke": dict(image_size=32, batch_size=8, num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2),
 }
 PROFILES: tuple[str, ...] = tuple(_SIZES)

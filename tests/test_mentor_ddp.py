@@ -196,3 +196,13 @@ def test_launch_nccl_needs_one_gpu_per_rank():
 def test_worker_result_ok():
     assert WorkerResult(0, value=1).ok
     assert not WorkerResult(1, error="x").ok
+
+
+def test_single_rank_group_restores_the_environment(monkeypatch):
+    import os
+
+    monkeypatch.delenv("MASTER_PORT")  # unset before: must be unset after
+    with single_rank_group("gloo"):
+        assert os.environ["MASTER_ADDR"] == "127.0.0.1" and "MASTER_PORT" in os.environ
+    assert os.environ["MASTER_ADDR"] == "unset-by-test"
+    assert "MASTER_PORT" not in os.environ

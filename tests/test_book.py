@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from nbtools_loader import nbtools
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-
-
-from nbtools_loader import nbtools  # noqa: E402
 
 
 def prune_toc(node: object, keep: set[str]) -> object:

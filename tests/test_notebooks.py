@@ -8,11 +8,10 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from nbtools_loader import nbtools
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-from nbtools_loader import nbtools  # noqa: E402
 NOTEBOOKS = nbtools.default_notebooks()
 
 

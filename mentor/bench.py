@@ -1,20 +1,38 @@
-"""Comparing training configurations in interleaved rounds: median, spread, ratio and syncs per step.
+"""Comparing training configurations in rounds run in a seeded random order, with bootstrap intervals.
+
+:func:`compare` times every configuration once per round, in an order shuffled anew each
+round, and keeps every timed step of every round. :class:`Comparison` turns that into
+overheads against the baseline (the first configuration) with paired bootstrap intervals
+over rounds (:meth:`Comparison.overhead`), a verdict, a table, a chart and JSON.
 
 Run ``python -m mentor.bench`` to reproduce the article's comparison (no metrics, naive,
 optimized) on your GPU; ``--help`` lists the options.
+
+Example:
+    >>> base = Result("none", "", [[10.0, 10.0], [12.0, 12.0], [11.0, 11.0]])
+    >>> slow = Result("metrics", "", [[11.0, 11.0], [13.2, 13.2], [12.1, 12.1]])
+    >>> cmp = Comparison([base, slow], baseline="none", batch_size=4)
+    >>> print(cmp.overhead("metrics"))
+    +10.0 % [10.0, 10.0]
+    >>> cmp.verdict("metrics")
+    'slower'
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from mentor.env import Profile, environment_report, get_profile
@@ -22,6 +40,18 @@ from mentor.metrics import METRIC_SETS, metric_set
 from mentor.train import ReportHook, Setup, StepHook, build_setup, train
 
 Hooks = tuple[StepHook | None, ReportHook | None]
+
+KINDS = ("median", "throughput")
+"""What :meth:`Comparison.overhead` can compare: the median step time, or the total time of all timed steps."""
+
+RESAMPLES = 4000
+"""Bootstrap resamples per interval."""
+
+NAME_WIDTH = 22
+"""Configuration names longer than this are truncated in :meth:`Comparison.table`."""
+
+NOT_COUNTED = "not counted"
+CPU_NOTE = "n/a (CPU)"
 
 
 @dataclass
@@ -65,15 +95,157 @@ def metrics_config(variant: str, num_classes: int, device: torch.device | str, n
     return Config(name or variant, make, METRIC_SETS[variant])
 
 
+def report_positions(warmup: int, steps: int, report_every: int) -> list[int]:
+    """0-based positions, among a run's ``steps`` timed steps, of the steps that call ``on_report``.
+
+    :func:`mentor.train.train` reports after global step ``i`` when ``(i + 1) % report_every == 0``,
+    inside the timed step; the timed steps are global steps ``warmup .. warmup + steps - 1``.
+
+    Example:
+        >>> report_positions(warmup=1, steps=4, report_every=2)
+        [0, 2]
+        >>> report_positions(warmup=10, steps=60, report_every=50), report_positions(0, 5, 0)
+        ([39], [])
+    """
+    for label, value, low in (("warmup", warmup, 0), ("steps", steps, 1), ("report_every", report_every, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
+    if not report_every:
+        return []
+    return [i - warmup for i in range(warmup, warmup + steps) if (i + 1) % report_every == 0]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate in percent with a confidence interval ``[lo, hi]`` (NaN when there is none).
+
+    Example:
+        >>> print(Interval(7.0, 6.1, 8.0))
+        +7.0 % [6.1, 8.0]
+        >>> Interval(-0.25, -1.0, 0.5).fmt(2)
+        '-0.25 % [-1.00, 0.50]'
+        >>> print(Interval(7.0, float("nan"), float("nan")))
+        +7.0 % [one round: no interval]
+    """
+
+    point: float
+    lo: float
+    hi: float
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        for label in ("point", "lo", "hi", "level"):
+            value = getattr(self, label)
+            if isinstance(value, bool) or not isinstance(value, Real):
+                raise TypeError(f"Interval.{label} must be a number, got {value!r}.")
+        if not math.isfinite(self.point):
+            raise ValueError(f"Interval.point must be finite, got {self.point!r}.")
+        if math.isnan(self.lo) != math.isnan(self.hi):
+            raise ValueError(f"Interval lo and hi must both be numbers or both NaN, got {self.lo!r}, {self.hi!r}.")
+        if not self.lo <= self.hi and not math.isnan(self.lo):
+            raise ValueError(f"Interval needs lo <= hi, got lo={self.lo!r}, hi={self.hi!r}.")
+        if not 0 < self.level < 1:
+            raise ValueError(f"Interval.level must be between 0 and 1 (0.95 for 95 %), got {self.level!r}.")
+
+    @property
+    def has_interval(self) -> bool:
+        """False when there is only a point estimate (one round)."""
+        return not math.isnan(self.lo)
+
+    def fmt(self, digits: int = 1) -> str:
+        """``+7.0 % [6.1, 8.0]`` with ``digits`` decimals; the point always carries its sign."""
+        if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+            raise ValueError(f"digits must be an int >= 0, got {digits!r}.")
+        point = f"{self.point:+.{digits}f} %"
+        if not self.has_interval:
+            return f"{point} [one round: no interval]"
+        return f"{point} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+    def __str__(self) -> str:
+        return self.fmt(1)
+
+
+def _check_count_or_none(owner: str, label: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{owner}: {label} must be a number >= 0 or None (not counted), got {value!r}.")
+
+
 @dataclass
 class Result:
-    """Timings of one configuration over all rounds."""
+    """Timings of one configuration: every timed step of every round, in milliseconds.
+
+    ``report_steps`` are the positions within a round whose step also ran ``on_report``
+    (see :func:`report_positions`). ``syncs_per_step`` and ``report_syncs`` (syncs of one
+    ``on_report`` call) come from an untimed pass; when they are ``None``, ``syncs_note``
+    says why (``"not counted"`` or ``"n/a (CPU)"``).
+
+    Example:
+        >>> r = Result("x", "", [[1.0, 3.0], [2.0, 4.0]], report_steps=[1])
+        >>> r.round_medians_ms, r.total_ms, r.median_ms
+        ([2.0, 3.0], [4.0, 6.0], 2.5)
+    """
 
     name: str
     description: str
-    round_medians_ms: list[float]
-    step_ms: list[float]
-    syncs_per_step: float | None
+    round_step_ms: list[list[float]]
+    report_steps: list[int] = field(default_factory=list)
+    syncs_per_step: float | None = None
+    report_syncs: float | None = None
+    syncs_note: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Result name must be a non-empty string, got {self.name!r}.")
+        who = f"Result {self.name!r}"
+        rounds = self.round_step_ms
+        if isinstance(rounds, (str, bytes)) or not isinstance(rounds, Sequence) or not rounds:
+            raise ValueError(f"{who}: round_step_ms must be a non-empty list of rounds, each a list of step "
+                             f"times in ms, got {rounds!r}.")
+        clean = []
+        for k, steps in enumerate(rounds):
+            if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not steps:
+                raise ValueError(f"{who}: round {k} of round_step_ms must be a non-empty list of step times "
+                                 f"in ms, got {steps!r}.")
+            for j, t in enumerate(steps):
+                if isinstance(t, bool) or not isinstance(t, Real) or not math.isfinite(t) or t <= 0:
+                    raise ValueError(f"{who}: step {j} of round {k} is {t!r}; step times must be finite "
+                                     "positive milliseconds.")
+            clean.append([float(t) for t in steps])
+        self.round_step_ms = clean
+        shortest = min(len(s) for s in clean)
+        positions = list(self.report_steps)
+        ints = all(isinstance(p, int) and not isinstance(p, bool) for p in positions)
+        if not ints or positions != sorted(set(positions)) \
+                or (positions and not 0 <= positions[0] <= positions[-1] < shortest):
+            raise ValueError(f"{who}: report_steps must be increasing step positions in 0..{shortest - 1}, "
+                             f"got {self.report_steps!r}; report_positions(warmup, steps, report_every) gives them.")
+        self.report_steps = positions
+        _check_count_or_none(who, "syncs_per_step", self.syncs_per_step)
+        _check_count_or_none(who, "report_syncs", self.report_syncs)
+        if self.syncs_note is not None and not isinstance(self.syncs_note, str):
+            raise TypeError(f"{who}: syncs_note must be a string or None, got {self.syncs_note!r}.")
+
+    @property
+    def rounds(self) -> int:
+        """Number of rounds."""
+        return len(self.round_step_ms)
+
+    @property
+    def step_ms(self) -> list[float]:
+        """Every timed step of every round, pooled in round order."""
+        return [t for steps in self.round_step_ms for t in steps]
+
+    @property
+    def round_medians_ms(self) -> list[float]:
+        """Median step time of each round."""
+        return [statistics.median(steps) for steps in self.round_step_ms]
+
+    @property
+    def total_ms(self) -> list[float]:
+        """Time of all timed steps of each round, report steps included."""
+        return [math.fsum(steps) for steps in self.round_step_ms]
 
     @property
     def median_ms(self) -> float:
@@ -82,19 +254,70 @@ class Result:
 
     @property
     def spread_ms(self) -> tuple[float, float]:
-        """Lowest and highest per-round median."""
-        return min(self.round_medians_ms), max(self.round_medians_ms)
+        """Lowest and highest per-round median (a description of drift, not a statistical test)."""
+        medians = self.round_medians_ms
+        return min(medians), max(medians)
+
+    @property
+    def report_step_ms(self) -> list[float]:
+        """Times of the steps that ran ``on_report``, over all rounds."""
+        return [steps[p] for steps in self.round_step_ms for p in self.report_steps]
+
+
+def _pooled_medians(rounds: list[list[float]], idx: np.ndarray) -> np.ndarray:
+    """Median of the pooled steps of the rounds ``idx[b]``, for every resample ``b``."""
+    if len({len(s) for s in rounds}) == 1:
+        arr = np.asarray(rounds)
+        return np.median(arr[idx].reshape(idx.shape[0], -1), axis=1)
+    arrs = [np.asarray(s) for s in rounds]
+    return np.array([np.median(np.concatenate([arrs[i] for i in row])) for row in idx])
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 @dataclass
 class Comparison:
-    """The results of :func:`compare`, with a table, a chart and JSON."""
+    """The results of :func:`compare`: overheads with bootstrap intervals, a table, a chart and JSON.
+
+    ``settings`` holds how the runs were made, including ``seed`` and ``orders`` (the order
+    the configurations ran in, round by round).
+    """
 
     results: list[Result]
     baseline: str
     batch_size: int
     settings: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.results or not all(isinstance(r, Result) for r in self.results):
+            raise TypeError("Comparison.results must be a non-empty list of mentor.bench.Result.")
+        names = [r.name for r in self.results]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Comparison result names must be unique, got {names}.")
+        if self.baseline not in names:
+            raise KeyError(f"baseline {self.baseline!r} is not among the results {names}; pass one of them.")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1 (images per step), got {self.batch_size!r}.")
+        counts = {r.name: r.rounds for r in self.results}
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"every result needs the same number of rounds (the bootstrap pairs rounds), "
+                             f"got {counts}.")
+        seed = self.settings.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"settings['seed'] must be an int, got {seed!r}.")
+
+    @property
+    def rounds(self) -> int:
+        """Number of rounds (the same for every configuration)."""
+        return self.results[0].rounds
+
+    @property
+    def seed(self) -> int:
+        """The seed of the run order, also used for the bootstrap (0 when not recorded)."""
+        return int(self.settings.get("seed", 0))
 
     def __getitem__(self, name: str) -> Result:
         for r in self.results:
@@ -103,85 +326,310 @@ class Comparison:
         raise KeyError(f"no configuration {name!r}; have {[r.name for r in self.results]}")
 
     def ratio(self, name: str) -> float:
-        """Median step time of ``name`` over the baseline's."""
+        """Median step time of ``name`` over the baseline's (pooled over rounds)."""
         return self[name].median_ms / self[self.baseline].median_ms
 
-    def beyond_spread(self, name: str) -> bool:
-        """True when the per-round medians of ``name`` and of the baseline do not overlap."""
-        lo, hi = self[name].spread_ms
-        blo, bhi = self[self.baseline].spread_ms
-        return lo > bhi or hi < blo
+    def overhead(self, name: str, kind: str = "median", level: float = 0.95, against: str | None = None) -> Interval:
+        """Overhead of ``name`` over the baseline in percent, ``(ratio - 1) * 100``, with a bootstrap interval.
+
+        ``against`` names another configuration of the same rounds to compare with instead of
+        the baseline (for example the float weight against the plain update).
+
+        ``kind="median"``: ratio of the median step times, each pooled over all rounds.
+        ``kind="throughput"``: ratio of the total times of all timed steps, report steps
+        included, i.e. the loss of throughput.
+
+        The interval is a paired percentile bootstrap over rounds: :data:`RESAMPLES` times,
+        draw as many round indices as there are rounds, with replacement, take the same
+        rounds of ``name`` and of the baseline (they ran interleaved, so a round's drift
+        hits both) and recompute the statistic from those rounds' steps; ``lo`` and ``hi``
+        are the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles. The draws come from
+        ``numpy.random.default_rng(settings["seed"])``, so the interval is reproducible.
+
+        What it means and its limit: the interval says how much the estimate moves when
+        the rounds of this one session are redrawn. It captures round-to-round drift on
+        one machine in one process, not the variation between processes, machines or
+        driver versions. With few rounds (5) the bootstrap is coarse (only so many distinct
+        resamples) and tends to be too narrow. With one round there is no interval: ``lo``
+        and ``hi`` are NaN.
+
+        Example:
+            >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
+            >>> cmp.overhead("b").fmt(3), cmp.overhead("a").fmt(3)
+            ('+10.000 % [10.000, 10.000]', '+0.000 % [0.000, 0.000]')
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}: pass one of {list(KINDS)}.")
+        if isinstance(level, bool) or not isinstance(level, Real) or not 0 < level < 1:
+            raise ValueError(f"level must be a number between 0 and 1 (0.95 for 95 %), got {level!r}.")
+        base = self.baseline if against is None else self[against].name
+        a, b = self[name].round_step_ms, self[base].round_step_ms
+        if kind == "median":
+            point = statistics.median(self[name].step_ms) / statistics.median(self[base].step_ms)
+        else:
+            point = math.fsum(self[name].total_ms) / math.fsum(self[base].total_ms)
+        point = (point - 1.0) * 100.0
+        if len(a) < 2:
+            return Interval(point, math.nan, math.nan, level)
+        rng = np.random.default_rng(self.seed)
+        idx = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+        if kind == "median":
+            ratios = _pooled_medians(a, idx) / _pooled_medians(b, idx)
+        else:
+            ta, tb = np.asarray(self[name].total_ms), np.asarray(self[base].total_ms)
+            ratios = ta[idx].sum(axis=1) / tb[idx].sum(axis=1)
+        lo, hi = np.quantile((ratios - 1.0) * 100.0, [(1 - level) / 2, (1 + level) / 2])
+        return Interval(point, float(lo), float(hi), level)
+
+    def verdict(self, name: str, kind: str = "median", against: str | None = None) -> str:
+        """``"slower"`` when the interval lies above 0, ``"faster"`` below, ``"no difference resolved"`` otherwise.
+
+        ``"baseline"`` for the baseline, ``"no interval (1 round)"`` with one round.
+
+        Example:
+            >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[9.0], [18.0]])], "a", 1)
+            >>> cmp.verdict("a"), cmp.verdict("b")
+            ('baseline', 'faster')
+        """
+        return self._judge(name, self.overhead(name, kind, against=against), against)
+
+    def _judge(self, name: str, interval: Interval, against: str | None = None) -> str:
+        if name == (self.baseline if against is None else against):
+            return "baseline"
+        if not interval.has_interval:
+            return "no interval (1 round)"
+        if interval.lo > 0:
+            return "slower"
+        if interval.hi < 0:
+            return "faster"
+        return "no difference resolved"
+
+    def images_per_s(self, name: str) -> float:
+        """Images per second over all timed steps, report steps included: batch x steps / total time."""
+        r = self[name]
+        return self.batch_size * len(r.step_ms) / (math.fsum(r.total_ms) / 1000.0)
+
+    def report_ms(self, name: str) -> float | None:
+        """Median time of the steps that ran ``on_report`` (``None`` when no step did)."""
+        times = self[name].report_step_ms
+        return statistics.median(times) if times else None
+
+    def facts(self, name: str) -> dict[str, Any]:
+        """The numbers the book's prose quotes about ``name`` (for ``glue``): formatted intervals, plain numbers.
+
+        ``overhead`` and ``tput_overhead`` are ``str(Interval)``; ``syncs`` and ``report_syncs``
+        are NaN when not counted, so that number formats still apply (``syncs_note`` says why).
+
+        Example:
+            >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 4)
+            >>> f = cmp.facts("b")
+            >>> f["overhead"], f["verdict"], f["median_ms"], round(f["images_per_s"], 1)
+            ('+10.0 % [10.0, 10.0]', 'slower', 16.5, 242.4)
+        """
+        r = self[name]
+        median, tput = self.overhead(name, "median"), self.overhead(name, "throughput")
+        report = self.report_ms(name)
+        return {
+            "median_ms": r.median_ms, "images_per_s": self.images_per_s(name),
+            "overhead": str(median), "tput_overhead": str(tput),
+            "verdict": self._judge(name, median), "tput_verdict": self._judge(name, tput),
+            "report_ms": math.nan if report is None else report,
+            "syncs": math.nan if r.syncs_per_step is None else r.syncs_per_step,
+            "report_syncs": math.nan if r.report_syncs is None else r.report_syncs,
+            "syncs_note": r.syncs_note or "",
+        }
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per configuration, as shown by :meth:`table`."""
+        """One dict per configuration with every value of :meth:`table` as numbers (``None`` when undefined)."""
         out = []
         for r in self.results:
-            lo, hi = r.spread_ms
-            out.append({
-                "config": r.name, "median_ms": r.median_ms, "min_ms": lo, "max_ms": hi,
-                "ratio": self.ratio(r.name), "images_per_s": self.batch_size * 1000 / r.median_ms,
-                "syncs_per_step": r.syncs_per_step,
-                "beyond_spread": None if r.name == self.baseline else self.beyond_spread(r.name),
+            row: dict[str, Any] = {"config": r.name, "description": r.description, "median_ms": r.median_ms,
+                                   "ratio": self.ratio(r.name)}
+            verdicts = {}
+            for kind, prefix in (("median", "overhead"), ("throughput", "throughput_overhead")):
+                iv = self.overhead(r.name, kind)
+                row[f"{prefix}_pct"] = iv.point
+                row[f"{prefix}_lo"] = iv.lo if iv.has_interval else None
+                row[f"{prefix}_hi"] = iv.hi if iv.has_interval else None
+                verdicts[kind] = self._judge(r.name, iv)
+            row.update({
+                "images_per_s": self.images_per_s(r.name), "total_ms": math.fsum(r.total_ms),
+                "report_ms": self.report_ms(r.name), "syncs_per_step": r.syncs_per_step,
+                "report_syncs": r.report_syncs, "syncs_note": r.syncs_note,
+                "verdict": verdicts["median"], "throughput_verdict": verdicts["throughput"],
             })
+            out.append(row)
         return out
 
     def table(self) -> str:
-        """A plain-text table: median step time, spread over rounds, ratio, throughput, syncs per step."""
-        w = max(16, 2 + max(len(r.name) for r in self.results))
-        head = f"{'config':<{w}}{'median ms':>10}{'round min-max':>16}{'ratio':>8}{'img/s':>9}{'syncs/step':>12}  vs baseline"
-        lines = [head, "-" * len(head)]
-        for row in self.rows():
-            syncs = "n/a (CPU)" if row["syncs_per_step"] is None else f"{row['syncs_per_step']:g}"
-            verdict = ("baseline" if row["beyond_spread"] is None
-                       else "beyond spread" if row["beyond_spread"] else "within spread")
-            lines.append(f"{row['config']:<{w}}{row['median_ms']:>10.2f}"
-                         f"{row['min_ms']:>8.2f}-{row['max_ms']:<7.2f}{row['ratio']:>8.3f}"
-                         f"{row['images_per_s']:>9.0f}{syncs:>12}  {verdict}")
+        """A plain-text table, at most 100 characters wide: one row per configuration, then a legend.
+
+        Columns: configuration (truncated to 22 characters), median step time, median
+        overhead with its interval, images per second over all timed steps (reports
+        included), throughput overhead with its interval, syncs per step, syncs of one
+        report call, and the verdict of the median overhead (``unresolved`` stands for
+        "no difference resolved").
+        """
+        short_verdict = {"no difference resolved": "unresolved", "no interval (1 round)": "no interval"}
+        body = []
+        for r in self.results:
+            cells: list[str | None] = [r.name, f"{r.median_ms:.2f}"]
+            median = self.overhead(r.name, "median")
+            for iv, imgs in ((median, None), (self.overhead(r.name, "throughput"), self.images_per_s(r.name))):
+                if imgs is not None:
+                    cells.append(f"{imgs:.0f}")
+                cells.append(str(iv) if iv.has_interval else f"{iv.point:+.1f} %")
+            if r.syncs_per_step is None:  # the note spans both sync columns
+                cells += [r.syncs_note or "n/a", None]
+            else:
+                cells += [f"{r.syncs_per_step:g}", "-" if r.report_syncs is None else f"{r.report_syncs:g}"]
+            verdict = self._judge(r.name, median)
+            cells.append(short_verdict.get(verdict, verdict))
+            body.append(cells)
+        head = [("config", ""), ("median", "ms"), ("overhead", "median"), ("img/s", "total"),
+                ("overhead", "throughput"), ("syncs", "/step"), ("syncs", "/rep"), ("verdict", "")]
+        gap = [0, 2, 2, 2, 2, 2, 2, 2]  # spaces before each column
+        right = {1, 3, 5, 6}
+        widths = [max([len(h1), len(h2)] + [len(c[i] or "") for c in body if c[6] is not None or i not in (5, 6)])
+                  for i, (h1, h2) in enumerate(head)]
+        notes = [len(c[5] or "") for c in body if c[6] is None]
+        span = max([widths[5] + gap[6] + widths[6]] + notes)
+        widths[6] = span - widths[5] - gap[6]
+        rest = sum(widths[1:]) + sum(gap)
+        widths[0] = max(len("config"), min(NAME_WIDTH, max(len(c[0] or "") for c in body), 100 - rest))
+        for c in body:
+            c[0] = _short(c[0] or "", widths[0])
+
+        def line(cells: Sequence[str | None]) -> str:
+            out = ""
+            for i, cell in enumerate(cells):
+                if cell is None:
+                    continue
+                if i == 5 and cells[6] is None:
+                    text = cell.ljust(span)
+                else:
+                    text = cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                out += " " * gap[i] + text
+            return out.rstrip()
+
+        lines = [line([h[0] for h in head]), line([h[1] for h in head])]
+        lines.append("-" * max(len(s) for s in lines + [line(c) for c in body]))
+        lines += [line(c) for c in body]
+        n = self.rounds
+        lines.append(f"overhead in % vs the baseline [95 % bootstrap interval over {n} rounds]; img/s includes reports"
+                     if n > 1 else "overhead in % vs the baseline, one round: no interval; img/s includes reports")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything, JSON-ready."""
+        """Everything, JSON-ready: settings (seed, orders), every step of every round, and :meth:`rows`."""
+        results = []
+        for r in self.results:
+            d = asdict(r)
+            d.update(round_medians_ms=r.round_medians_ms, total_ms=r.total_ms, step_ms=r.step_ms)
+            results.append(d)
         return {"baseline": self.baseline, "batch_size": self.batch_size, "settings": self.settings,
-                "environment": self.environment, "rows": self.rows(),
-                "results": [asdict(r) for r in self.results]}
+                "environment": self.environment, "rows": self.rows(), "results": results}
 
     def save_json(self, path: str | Path) -> Path:
-        """Write :meth:`to_dict` to ``path``."""
+        """Write :meth:`to_dict` to ``path``; :meth:`load_json` reads it back."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=1))
         return path
 
-    def plot(self, ax: Any = None) -> Any:
-        """A bar chart of median step times with the round spread as error bars; returns the Axes."""
+    @classmethod
+    def load_json(cls, path: str | Path) -> Comparison:
+        """Rebuild a :class:`Comparison` from a file written by :meth:`save_json`.
+
+        Example:
+            >>> import os, tempfile
+            >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
+            >>> path = cmp.save_json(os.path.join(tempfile.mkdtemp(), "cmp.json"))
+            >>> str(Comparison.load_json(path).overhead("b"))
+            '+10.0 % [10.0, 10.0]'
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no comparison file at {path}; write one with Comparison.save_json(path).")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not JSON ({err}); pass a file written by Comparison.save_json.") from None
+        missing = [k for k in ("baseline", "batch_size", "results") if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise ValueError(f"{path} lacks {missing}; pass a file written by Comparison.save_json.")
+        names = {f.name for f in fields(Result)}
+        results = []
+        for d in data["results"]:
+            if "round_step_ms" not in d:
+                raise ValueError(f"{path}: result {d.get('name')!r} has no round_step_ms; it was saved by an older "
+                                 "mentor.bench; re-run the comparison.")
+            results.append(Result(**{k: v for k, v in d.items() if k in names}))
+        return cls(results, baseline=data["baseline"], batch_size=data["batch_size"],
+                   settings=data.get("settings", {}), environment=data.get("environment", {}))
+
+    def plot(self, ax: Any = None, kind: str = "median") -> Any:
+        """Horizontal bars of each configuration's overhead over the baseline, with its interval; returns the Axes.
+
+        The baseline gets no bar (its overhead is 0 by definition: the vertical line). Syncs per
+        step are written next to each bar when they were counted.
+        """
         import matplotlib.pyplot as plt
 
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}: pass one of {list(KINDS)}.")
+        others = [r for r in self.results if r.name != self.baseline]
         if ax is None:
-            _, ax = plt.subplots(figsize=(max(5, 1.3 * len(self.results)), 3.4))
-        names = [r.name for r in self.results]
-        med = [r.median_ms for r in self.results]
-        err = [[m - r.spread_ms[0] for m, r in zip(med, self.results)],
-               [r.spread_ms[1] - m for m, r in zip(med, self.results)]]
-        colors = ["#7f7f7f" if n == self.baseline else "#1f77b4" for n in names]
-        ax.bar(names, med, yerr=err, capsize=4, color=colors)
-        for i, r in enumerate(self.results):
-            label = f"{self.ratio(r.name):.3f}x"
-            if r.syncs_per_step is not None:
-                label += f"\n{r.syncs_per_step:g} syncs"
-            ax.text(i, med[i] * 0.5, label, ha="center", va="center", color="white", fontsize=8)
-        ax.set_ylabel("median step time (ms)")
-        ax.tick_params(axis="x", labelrotation=20)
+            _, ax = plt.subplots(figsize=(6.4, 1.2 + 0.45 * max(1, len(others))), layout="constrained")
+        colors = {"slower": "#d62728", "faster": "#2ca02c"}
+        intervals = [self.overhead(r.name, kind) for r in others]
+        points = [iv.point for iv in intervals]
+        err = [[max(0.0, iv.point - iv.lo) if iv.has_interval else 0.0 for iv in intervals],
+               [max(0.0, iv.hi - iv.point) if iv.has_interval else 0.0 for iv in intervals]]
+        y = list(range(len(others)))
+        ax.barh(y, points, xerr=err, capsize=4, height=0.6, error_kw={"linewidth": 1.2},
+                color=[colors.get(self.verdict(r.name, kind), "#7f7f7f") for r in others])
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_yticks(y, [_short(r.name, 24) for r in others], fontsize=10)
+        ax.invert_yaxis()
+        ax.tick_params(axis="x", labelsize=9)
+        reach = [max(abs(p), abs(iv.hi) if iv.has_interval else 0, abs(iv.lo) if iv.has_interval else 0)
+                 for p, iv in zip(points, intervals)] or [1.0]
+        pad = 0.03 * (max(reach) or 1.0)
+        for yi, r, iv in zip(y, others, intervals):
+            if r.syncs_per_step is None:
+                continue
+            end = max(iv.point, iv.hi) if iv.has_interval else iv.point
+            ax.text(max(end, 0.0) + pad, yi, f"{r.syncs_per_step:g} syncs/step", va="center", fontsize=9)
+        if any(r.syncs_per_step is not None for r in others):
+            ax.set_xlim(right=ax.get_xlim()[1] + 0.35 * (max(reach) or 1.0))
+        what = "median step time" if kind == "median" else "total time (throughput loss)"
+        level = (f"error bars: 95 % bootstrap interval over {self.rounds} rounds" if self.rounds > 1
+                 else "one round: no interval")
+        ax.set_xlabel(f"overhead of the {what} vs {_short(self.baseline, 22)} (%)\n{level}", fontsize=10)
         return ax
 
 
-def _syncs_per_step(setup: Setup, batches: Iterable, make: Callable[[], Hooks], steps: int) -> float:
+def _is_cuda(setup: Setup) -> bool:
+    """Whether the setup trains on a CUDA device (syncs can only be counted there)."""
+    return setup.device.type == "cuda"
+
+
+def _syncs_per_step(setup: Setup, batches: Iterable, make: Callable[[], Hooks],
+                    steps: int) -> tuple[float, int | None]:
+    """Syncs per training step with fresh hooks, then syncs of one ``on_report`` call (``None`` without one)."""
     from mentor.profiling import sync_guard
 
-    on_step, _ = make()
+    on_step, on_report = make()
     train(setup, batches, steps=2, on_step=on_step)  # first updates allocate state: not counted
     with sync_guard() as report:
         train(setup, batches, steps=steps, on_step=on_step)
-    return report.count / steps
+    per_step = report.count / steps
+    if on_report is None:
+        return per_step, None
+    with sync_guard() as report:
+        on_report(2 + steps)
+    return per_step, report.count
 
 
 def compare(
@@ -196,21 +644,26 @@ def compare(
     count_syncs: bool = True,
     sync_steps: int = 5,
     progress: bool = True,
+    seed: int = 0,
 ) -> Comparison:
-    """Time each configuration in interleaved rounds (A B C, A B C, ...) on one model and one machine.
+    """Time each configuration once per round, in an order shuffled anew every round, on one model.
 
-    Each run does ``warmup`` untimed then ``steps`` timed steps with fresh hooks. The first
-    configuration is the baseline of the ratios. Syncs per step are counted in a separate,
-    untimed pass under :func:`mentor.profiling.sync_guard` (CUDA only; ``None`` elsewhere),
-    without the periodic report, whose one read-back comes every ``report_every`` steps.
+    Each round runs the configurations in ``random.Random(seed)``'s next shuffle of the
+    list (``order = list(configs); rng.shuffle(order)``), so that no configuration always
+    runs first or after the same neighbour; ``settings["orders"]`` records the orders.
+    Each run does ``warmup`` untimed then ``steps`` timed steps with fresh hooks; with
+    ``report_every`` the step that calls ``on_report`` is timed with its report. The first
+    configuration is the baseline of :meth:`Comparison.overhead`. Syncs per step, and the
+    syncs of one report call, are counted in a separate, untimed pass under
+    :func:`mentor.profiling.sync_guard` (CUDA only; ``count_syncs=False`` skips it).
 
     Example:
         >>> from mentor.data import device_batches
         >>> setup = build_setup(num_classes=10)
-        >>> cmp = compare([Config("none")], setup, device_batches(2, 32, 10), steps=2, warmup=1,
-        ...               rounds=1, progress=False)
-        >>> cmp.results[0].name
-        'none'
+        >>> cmp = compare([Config("none"), Config("again")], setup, device_batches(2, 32, 10), steps=2,
+        ...               warmup=1, rounds=2, progress=False, seed=4)
+        >>> cmp.settings["orders"], cmp["none"].syncs_note
+        ([['again', 'none'], ['none', 'again']], 'n/a (CPU)')
     """
     if not configs or not all(isinstance(c, Config) for c in configs):
         raise TypeError("configs must be a non-empty sequence of mentor.bench.Config.")
@@ -221,28 +674,43 @@ def compare(
                               ("sync_steps", sync_steps, 1), ("report_every", report_every, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
-    per_round: dict[str, list[float]] = {c.name: [] for c in configs}
-    steps_all: dict[str, list[float]] = {c.name: [] for c in configs}
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int (it seeds random.Random for the run order), got {seed!r}.")
+    rng = random.Random(seed)
+    per_round: dict[str, list[list[float]]] = {c.name: [] for c in configs}
+    reports: dict[str, list[int]] = {}
+    orders: list[list[str]] = []
     for k in range(rounds):
-        for c in configs:
+        order = list(configs)
+        rng.shuffle(order)
+        orders.append([c.name for c in order])
+        for c in order:
             on_step, on_report = c.make()
             every = report_every if on_report is not None else 0
-            stats = train(setup, c.batches if c.batches is not None else batches, steps=steps, warmup=warmup, on_step=on_step,
-                          on_report=on_report if every else None, report_every=every)
-            per_round[c.name].append(stats.median_ms)
-            steps_all[c.name].extend(stats.step_ms)
+            stats = train(setup, c.batches if c.batches is not None else batches, steps=steps, warmup=warmup,
+                          on_step=on_step, on_report=on_report if every else None, report_every=every)
+            per_round[c.name].append(list(stats.step_ms))
+            reports[c.name] = report_positions(warmup, steps, every)
         if progress:
-            print(f"round {k + 1}/{rounds}: " + ", ".join(f"{c.name} {per_round[c.name][-1]:.2f} ms" for c in configs),
-                  flush=True)
-    cuda = setup.device.type == "cuda"
-    results = [
-        Result(c.name, c.description, per_round[c.name], steps_all[c.name],
-               _syncs_per_step(setup, c.batches if c.batches is not None else batches, c.make, sync_steps)
-               if (count_syncs and cuda) else None)
-        for c in configs
-    ]
+            print(f"round {k + 1}/{rounds}: " + ", ".join(
+                f"{c.name} {statistics.median(per_round[c.name][-1]):.2f} ms" for c in order), flush=True)
+    cuda = _is_cuda(setup)
+    results = []
+    for c in configs:
+        syncs: float | None = None
+        report_syncs: int | None = None
+        note: str | None = None
+        if not count_syncs:
+            note = NOT_COUNTED
+        elif not cuda:
+            note = CPU_NOTE
+        else:
+            syncs, report_syncs = _syncs_per_step(setup, c.batches if c.batches is not None else batches, c.make,
+                                                  sync_steps)
+        results.append(Result(c.name, c.description, per_round[c.name], reports[c.name], syncs, report_syncs, note))
     images, _ = next(iter(batches))
-    settings = dict(steps=steps, warmup=warmup, rounds=rounds, report_every=report_every, sync_steps=sync_steps)
+    settings = dict(steps=steps, warmup=warmup, rounds=rounds, report_every=report_every, sync_steps=sync_steps,
+                    seed=seed, orders=orders)
     return Comparison(results, baseline=configs[0].name, batch_size=int(images.shape[0]), settings=settings,
                       environment=environment_report())
 
@@ -307,15 +775,20 @@ def article_configs(profile: Profile) -> list[Config]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m mentor.bench [--profile full|smoke] [--rounds N] [--json out.json]``."""
+    """Command line: ``python -m mentor.bench [--profile full|smoke] [--rounds N] [--seed S] [--json out.json]``."""
     parser = argparse.ArgumentParser(prog="python -m mentor.bench", description=(
         "Time ResNet-18 training steps with no metrics, the article's naive TorchMetrics set and "
-        "the optimized set, in interleaved rounds, and count syncs per step."))
+        "the optimized set, in rounds run in a seeded random order, and count syncs per step; overheads "
+        "come with paired bootstrap intervals over rounds."))
     parser.add_argument("--profile", choices=["full", "smoke"], default=None,
                         help="run profile (default: full with CUDA, smoke without)")
     parser.add_argument("--steps", type=int, help="timed steps per run (default: the profile's)")
     parser.add_argument("--warmup", type=int, help="untimed steps per run (default: the profile's)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds (default: the profile's)")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds, each running every configuration once in a seeded random order "
+                             "(default: the profile's)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the per-round random order of the configurations (default: 0)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     from mentor.data import device_batches
@@ -332,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = build_setup(profile.num_classes, profile.device)
     batches = device_batches(profile.batch_size, profile.image_size, profile.num_classes, profile.device)
     cmp = compare(article_configs(profile), setup, batches, steps=steps, warmup=warmup, rounds=rounds,
-                  report_every=profile.report_every)
+                  report_every=profile.report_every, seed=args.seed)
     print(cmp.table())
     if args.json:
         print(f"wrote {cmp.save_json(args.json)}")

@@ -135,6 +135,8 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
         )
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}.")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     backend = backend or default_backend()
     if "nccl" in backend and torch.cuda.device_count() < world_size:
         raise RuntimeError(f"backend {backend!r} needs one GPU per rank: {world_size} ranks, "
@@ -142,7 +144,9 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=_run_worker, args=(r, world_size, backend, port, fn, args, queue), daemon=True)
+    # not daemonic: a daemonic process may not start children, so a worker could not use a
+    # DataLoader with workers; the finally block below terminates and joins them instead
+    procs = [ctx.Process(target=_run_worker, args=(r, world_size, backend, port, fn, args, queue), daemon=False)
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -170,6 +174,9 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
             if p.is_alive():
                 p.terminate()
             p.join(timeout=10)
+            if p.is_alive():  # ignored SIGTERM: a non-daemonic child must not outlive us
+                p.kill()
+                p.join()
     return [results.get(r, WorkerResult(r, error="no result: the worker was terminated or died"))
             for r in range(world_size)]
 
@@ -194,8 +201,146 @@ def metric_compute(rank: int, world_size: int, device: str = "cpu", sync_on_comp
     return float(metric.compute())
 
 
+def loader_sum(rank: int, world_size: int, num_workers: int = 2) -> float:
+    """Worker: sum the first batch of a DataLoader with ``num_workers`` worker processes of its own."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(8)), batch_size=4, num_workers=num_workers)
+    return float(next(iter(loader)).sum()) + rank
+
+
 def always_fails(rank: int, world_size: int) -> None:
     """Worker that raises on rank 0, to show that ``launch`` still cleans up."""
     if rank == 0:
         raise ValueError("planned failure on rank 0")
     dist.barrier()
+
+
+PLACEMENTS: dict[str, str] = {
+    "no sync": "CPU metric with sync_on_compute=False: each rank keeps its own value",
+    "default group": "CPU metric synced through the default group (it needs a CPU backend: 'cpu:gloo,cuda:nccl')",
+    "gloo subgroup": "CPU metric given a gloo subgroup as process_group: dist.new_group(backend='gloo')",
+    "gpu": "GPU metric (on this rank's device) updated with host_scalar, synced through the default group",
+}
+"""Where a per-step host number (such as the step time) can be averaged under DDP; see :func:`placement_compute`."""
+
+
+def placement_metric(placement: str, group: Any = None) -> Any:
+    """A ``MeanMetric`` placed as ``placement`` (a key of :data:`PLACEMENTS`) in the current process group.
+
+    ``"gloo subgroup"`` needs ``group``, made once by every rank with
+    ``torch.distributed.new_group(backend="gloo")``; collective calls must match across ranks,
+    so it is made by the caller, not here.
+
+    Example:
+        >>> with single_rank_group("gloo"):
+        ...     placement_metric("no sync").sync_on_compute
+        False
+    """
+    from torchmetrics import MeanMetric
+
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}: pass one of {list(PLACEMENTS)}.")
+    if placement == "no sync":
+        return MeanMetric(sync_on_compute=False)
+    if placement == "default group":
+        return MeanMetric()
+    if placement == "gloo subgroup":
+        if group is None:
+            raise ValueError("placement 'gloo subgroup' needs group=torch.distributed.new_group(backend='gloo'), "
+                             "made by every rank.")
+        return MeanMetric(process_group=group)
+    if not torch.cuda.is_available():
+        raise RuntimeError("placement 'gpu' needs a CUDA device and torch sees none; use a CPU placement.")
+    return MeanMetric().to(torch.device("cuda", torch.cuda.current_device()))
+
+
+def compute_ms(metric: Any, value: float, repeats: int = 20) -> tuple[float, float]:
+    """Update ``metric`` with ``value`` and time ``float(metric.compute())``, ``repeats`` times.
+
+    Returns ``(computed value, median milliseconds of one compute)``; each compute follows an
+    update, so none is served from torchmetrics' cache. The float is what a logger reads, so
+    for a GPU metric the time includes waiting for its result.
+
+    Example:
+        >>> from torchmetrics import MeanMetric
+        >>> value, ms = compute_ms(MeanMetric(), 2.0, repeats=3)
+        >>> value
+        2.0
+    """
+    import statistics
+    import time
+
+    from mentor.metrics import host_scalar
+
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}.")
+    on_gpu = metric.device.type == "cuda"
+    times, result = [], float("nan")
+    for _ in range(repeats + 1):  # the first compute is not timed
+        metric.update(host_scalar(value) if on_gpu else value)
+        start = time.perf_counter()
+        result = float(metric.compute())
+        times.append((time.perf_counter() - start) * 1000.0)
+    return result, statistics.median(times[1:])
+
+
+def placement_compute(rank: int, world_size: int, placement: str, repeats: int = 20) -> dict[str, Any]:
+    """Worker: rank r averages the number r + 1 in a metric placed as ``placement``; returns value and cost.
+
+    Returns ``{"placement", "value", "compute_ms"}`` or, when ``compute()`` raises,
+    ``{"placement", "error"}`` with the first line of the error. Also runs in-process inside
+    :func:`single_rank_group` (rank 0 of 1), which is how the book shows the one-rank NCCL case.
+
+    Example:
+        >>> [r.value["value"] for r in launch(placement_compute, 2, "default group", 3, backend="gloo")]
+        [1.5, 1.5]
+    """
+    group = dist.new_group(backend="gloo") if placement == "gloo subgroup" else None
+    metric = placement_metric(placement, group)
+    try:
+        value, ms = compute_ms(metric, float(rank + 1), repeats)
+    except RuntimeError as err:
+        return {"placement": placement, "error": str(err).splitlines()[0]}
+    finally:
+        if group is not None:
+            dist.destroy_process_group(group)
+    return {"placement": placement, "value": value, "compute_ms": ms}
+
+
+def placements_cost(backend: str, placements: list[str], ranks: int = 1, repeats: int = 20) -> list[dict[str, Any]]:
+    """Run :func:`placement_compute` for each placement in a group of ``ranks`` on ``backend``.
+
+    One rank runs in this process (:func:`single_rank_group`); more ranks run as worker
+    processes (:func:`launch`). Returns one dict per placement with ``backend``, ``placement``,
+    ``values`` (one per rank), ``compute_ms`` (the slowest rank's median) or ``error``.
+
+    Example:
+        >>> placements_cost("gloo", ["no sync"], repeats=3)[0]["values"]
+        [1.0]
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be an int >= 1, got {ranks!r}.")
+    unknown = [p for p in placements if p not in PLACEMENTS]
+    if unknown:
+        raise ValueError(f"unknown placement(s) {unknown}: pass some of {list(PLACEMENTS)}.")
+    rows = []
+    for placement in placements:
+        if ranks == 1:
+            with single_rank_group(backend):
+                results = [placement_compute(0, 1, placement, repeats)]
+        else:
+            done = launch(placement_compute, ranks, placement, repeats, backend=backend)
+            failed = [r for r in done if not r.ok]
+            if failed:
+                raise RuntimeError(f"rank {failed[0].rank} failed for placement {placement!r}: {failed[0].error}")
+            results = [r.value for r in done]
+        row: dict[str, Any] = {"backend": backend, "placement": placement}
+        errors = [r["error"] for r in results if "error" in r]
+        if errors:
+            row["error"] = errors[0]
+        else:
+            row["values"] = [r["value"] for r in results]
+            row["compute_ms"] = max(r["compute_ms"] for r in results)
+        rows.append(row)
+    return rows

@@ -42,13 +42,37 @@ class Profile:
     report_every: int
     """Steps between compute/report/reset of the metrics."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"Profile.name must be a str such as 'smoke', got {self.name!r}.")
+        if not isinstance(self.device, torch.device):
+            raise ValueError(f"Profile.device must be a torch.device, got {self.device!r}; "
+                             "pass e.g. torch.device('cuda') or torch.device('cpu').")
+        for field, minimum in _MINIMUMS.items():
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"Profile.{field} must be an int >= {minimum}, got {value!r}; "
+                                 f"pass e.g. {field}={_SIZES['smoke'][field]}.")
+
     @property
     def is_cuda(self) -> bool:
         """True when this profile runs on a CUDA device."""
         return self.device.type == "cuda"
 
     def with_(self, **changes: Any) -> Profile:
-        """A copy with some fields changed, for example ``profile.with_(steps=20)``."""
+        """A copy with some fields changed, for example ``profile.with_(steps=20)``.
+
+        The int fields are checked: ``warmup`` and ``report_every`` may be 0, ``num_classes`` must be
+        at least 2 and the others at least 1; anything else raises ``ValueError`` naming the field.
+
+        Example:
+            >>> get_profile("smoke").with_(steps=20).steps
+            20
+            >>> get_profile("smoke").with_(steps=-1)
+            Traceback (most recent call last):
+            ...
+            ValueError: Profile.steps must be an int >= 1, got -1; pass e.g. steps=3.
+        """
         unknown = set(changes) - set(asdict(self))
         if unknown:
             raise TypeError(f"Profile has no field(s) {sorted(unknown)}; fields are {sorted(asdict(self))}.")
@@ -62,6 +86,9 @@ _SIZES: dict[str, dict[str, int]] = {
     "smoke": dict(image_size=32, batch_size=8, num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2),
 }
 PROFILES: tuple[str, ...] = tuple(_SIZES)
+_MINIMUMS: dict[str, int] = dict(image_size=1, batch_size=1, num_classes=2, warmup=0, steps=1, rounds=1,
+                                 report_every=0)
+"""The smallest value of each int field: no warm-up and no reports (0) are valid, cross-entropy needs 2 classes."""
 
 
 def pick_device(prefer: str | None = None) -> torch.device:

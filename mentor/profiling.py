@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import linecache
 import re
+import threading
 import traceback
 import warnings
 from collections import Counter
@@ -15,7 +17,15 @@ from typing import Any
 
 import torch
 
-from mentor.trace import Event, Trace, load_trace, step_windows, sync_events
+from mentor.trace import (
+    DEFAULT_WAIT_THRESHOLD_US,
+    Event,
+    Trace,
+    load_trace,
+    step_windows,
+    sync_events,
+    wait_events,
+)
 
 
 @contextmanager
@@ -32,7 +42,9 @@ def profiling_session(
 
     Call ``prof.step()`` once per training step (``mentor.train.train(profiler=prof)`` does).
     The trace goes to ``trace_path``; a name ending in ``.gz`` is gzipped. Perfetto UI
-    (ui.perfetto.dev) and chrome://tracing open both.
+    (ui.perfetto.dev) and chrome://tracing open both. A block that ends before the schedule
+    reaches its active steps writes no trace and raises ``RuntimeError`` saying how many
+    ``prof.step()`` calls it saw (unless the block raised an error of its own, which passes on).
 
     Example:
         >>> import tempfile, os
@@ -52,15 +64,30 @@ def profiling_session(
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    written: list[bool] = []
+
+    def ready(p: torch.profiler.profile) -> None:
+        p.export_chrome_trace(str(path))
+        written.append(True)
+
     prof = torch.profiler.profile(
         activities=activities,
         schedule=torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        on_trace_ready=ready,
         with_stack=with_stack,
         record_shapes=record_shapes,
     )
     with prof:
-        yield prof
+        yield prof  # an exception of the body propagates from here: it is not masked by the check below
+    if not written:
+        needed = wait + warmup + active
+        raise RuntimeError(
+            f"profiling_session recorded nothing and wrote no trace to '{path}': the block called prof.step() "
+            f"{prof.step_num} time(s), but the schedule needs {needed} steps (wait {wait} + warmup {warmup} + "
+            f"active {active}) and records only from step {wait + warmup + 1} on. Call prof.step() once per "
+            f"training step and run at least {needed} steps (mentor.train.train(..., profiler=prof) does), "
+            "or shorten the schedule."
+        )
 
 
 @dataclass(frozen=True)
@@ -73,6 +100,8 @@ class StepSyncs:
     """For each call, the enclosing ``record_function`` range, or ``"(none)"``."""
     ops: tuple[str, ...]
     """For each call, the innermost host op (``aten::...``) around it, or ``"(none)"``."""
+    waits: tuple[Event, ...] = ()
+    """Probable waits: other runtime/driver calls longer than the threshold (:func:`mentor.trace.wait_events`); not in ``count``."""
 
     @property
     def count(self) -> int:
@@ -93,30 +122,62 @@ def _innermost(candidates: list[Event], e: Event) -> str:
     return best.name if best is not None else "(none)"
 
 
-def step_syncs(trace: Trace | str | Path) -> list[StepSyncs]:
+def step_syncs(trace: Trace | str | Path, wait_threshold_us: float = DEFAULT_WAIT_THRESHOLD_US) -> list[StepSyncs]:
     """Count the sync calls inside each ``ProfilerStep`` window of a trace and attribute them.
+
+    A sync call is a CUDA runtime or driver call named in :data:`mentor.trace.SYNC_CALLS`; each
+    is attributed to the innermost ``record_function`` range and host op on its thread. Other
+    runtime/driver calls longer than ``wait_threshold_us`` microseconds are listed as probable
+    ``waits`` (not counted; see :func:`mentor.trace.wait_events`).
+
+    What this count cannot see:
+
+    - anything outside the ``ProfilerStep`` windows: the profiler schedule's wait and warm-up
+      steps and the steps before it started are not recorded, whatever runs after the last
+      ``prof.step()`` has no window, and code that :func:`record_steps` does not run at all
+      (e.g. ``train``'s periodic report, which it leaves out) never appears;
+    - calls made while the profiler is not recording, and calls that CUPTI does not report;
+    - the kind of host memory of a ``cudaMemcpyAsync``: a copy into pageable memory blocks
+      the host, one into pinned memory does not, and the call looks the same; only its
+      duration (the ``waits``) hints at it;
+    - which thread a call belongs to: a call counts for a window when it starts inside the
+      window's time range, on any thread or process of the trace (the autograd thread's calls
+      count for the step whose window they fall in, and so would those of a data-loading or
+      logging thread);
+    - whether a listed call really waited: a ``cudaStreamSynchronize`` on an idle stream
+      returns at once and counts the same as a long one.
+
+    A trace without any ``ProfilerStep`` window raises ``ValueError``.
 
     Example:
         >>> from mentor.trace import Event, Trace
         >>> t = Trace([Event("ProfilerStep#1", "user_annotation", 0, 100, 1, 1),
         ...            Event("update", "user_annotation", 10, 20, 1, 1),
-        ...            Event("cudaStreamSynchronize", "cuda_runtime", 12, 3, 1, 1)])
+        ...            Event("cudaStreamSynchronize", "cuda_runtime", 12, 3, 1, 1),
+        ...            Event("cudaMemcpyAsync", "cuda_runtime", 40, 300, 1, 1)])
         >>> s = step_syncs(t)[0]
-        >>> s.count, dict(s.by_range())
-        (1, {'update': 1})
+        >>> s.count, dict(s.by_range()), [w.name for w in s.waits]
+        (1, {'update': 1}, ['cudaMemcpyAsync'])
     """
     if isinstance(trace, (str, Path)):
         trace = load_trace(trace)
+    windows = step_windows(trace)
+    if not windows:
+        where = f" '{trace.path}'" if trace.path else ""
+        raise ValueError(f"the trace{where} has no ProfilerStep windows, so there are no steps to count syncs in; "
+                         "record it with mentor.profiling.profiling_session (or record_steps) and call "
+                         "prof.step() once per training step.")
     annotations = [e for e in trace.by_cat("user_annotation") if not e.name.startswith("ProfilerStep#")]
     ops = trace.by_cat("cpu_op")
     out = []
-    for window in step_windows(trace):
+    for window in windows:
         calls = tuple(sync_events(trace, window))
         out.append(StepSyncs(
             step=window.name,
             calls=calls,
             ranges=tuple(_innermost(annotations, c) for c in calls),
             ops=tuple(_innermost(ops, c) for c in calls),
+            waits=tuple(wait_events(trace, window, wait_threshold_us)),
         ))
     return out
 
@@ -124,16 +185,28 @@ def step_syncs(trace: Trace | str | Path) -> list[StepSyncs]:
 _SYNC_MESSAGE = re.compile(r"synchroniz", re.IGNORECASE)
 _LIBRARY_PARTS = ("/torch/", "/torchmetrics/", "/mentor/profiling.py", "/warnings.py", "<frozen")
 
+DEBUG_MODE = "debug mode"
+"""``SyncSite.kind`` of a sync reported by ``torch.cuda.set_sync_debug_mode``."""
+PAGEABLE_COPY = "pageable non_blocking copy"
+"""``SyncSite.kind`` of ``dst.copy_(cuda_src, non_blocking=True)`` into pageable host memory."""
+
 
 @dataclass(frozen=True)
 class SyncSite:
-    """Where one synchronizing call happened: the Python line that triggered it and its call stack."""
+    """Where one synchronizing call happened: the Python line that triggered it and its call stack.
+
+    ``kind`` says how :func:`sync_guard` saw it: ``"debug mode"`` for torch's sync debug mode
+    (file:line is where torch's warning points, often inside torchmetrics), otherwise the
+    intercepted call, e.g. ``"torch.cuda.synchronize"`` or ``"collective: all_reduce"`` (file:line
+    is then the innermost caller outside torch, torchmetrics and this module).
+    """
 
     file: str
     line: int
     function: str
     stack: tuple[tuple[str, int, str], ...]
     """Frames outermost first, as (file, line, function)."""
+    kind: str = DEBUG_MODE
 
     @property
     def where(self) -> str:
@@ -149,9 +222,13 @@ class SyncSite:
     def caller(self) -> str:
         """``file:line`` of the innermost frame outside torch, torchmetrics and mentor.profiling."""
         for file, line, _ in reversed(self.stack):
-            if not any(part in file for part in _LIBRARY_PARTS):
+            if not _is_library(file):
                 return f"{short_path(file)}:{line}"
         return self.where
+
+
+def _is_library(file: str) -> bool:
+    return any(part in file.replace("\\", "/") for part in _LIBRARY_PARTS)
 
 
 def short_path(path: str) -> str:
@@ -186,31 +263,280 @@ class SyncReport:
         """Calls per ``file:line`` of the triggering Python line."""
         return Counter(s.where for s in self.sites)
 
+    def by_kind(self) -> Counter[str]:
+        """Calls per ``kind`` (``"debug mode"``, ``"torch.cuda.synchronize"``, ...)."""
+        return Counter(s.kind for s in self.sites)
+
     def table(self) -> str:
-        """One line per triggering ``file:line``, with its count and the caller outside the libraries."""
+        """One line per triggering ``file:line``, with its count, the caller outside the libraries and the kind.
+
+        The kind is shown in brackets when it is not ``"debug mode"``.
+        """
         if not self.sites:
             return "no synchronizing calls"
-        rows = Counter((s.where, s.function, s.caller) for s in self.sites)
-        return "\n".join(f"{n:3d}x  {where}  in {fn}()  <- {caller}" for (where, fn, caller), n in rows.items())
+        rows = Counter((s.where, s.function, s.caller, s.kind) for s in self.sites)
+        return "\n".join(f"{n:3d}x  {where}  in {fn}()  <- {caller}" + ("" if kind == DEBUG_MODE else f"  [{kind}]")
+                         for (where, fn, caller, kind), n in rows.items())
 
 
 class SyncError(RuntimeError):
     """Raised by ``sync_guard(strict=True)`` at the first synchronizing call."""
 
 
+def is_pageable_d2h_copy(src_device: str | torch.device, dst_device: str | torch.device, dst_pinned: bool,
+                         non_blocking: bool) -> bool:
+    """Whether ``dst.copy_(src, non_blocking=...)`` is a ``non_blocking`` CUDA-to-host copy into pageable memory.
+
+    torch issues such a copy as a plain ``cudaMemcpyAsync`` into the pageable buffer, which
+    CUDA documents as "might be synchronous with respect to host": the host can wait for the
+    stream to reach the copy, and torch's sync debug mode does not flag it. A blocking copy
+    (``non_blocking=False``) is flagged by the debug mode already, a copy into pinned memory
+    does not wait, and host-to-device copies are not this case: all give ``False``.
+
+    Example:
+        >>> is_pageable_d2h_copy("cuda:0", "cpu", dst_pinned=False, non_blocking=True)
+        True
+        >>> is_pageable_d2h_copy("cuda", "cpu", dst_pinned=True, non_blocking=True)
+        False
+    """
+    for name, value in (("dst_pinned", dst_pinned), ("non_blocking", non_blocking)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, not {value!r}.")
+    types = []
+    for name, device in (("src_device", src_device), ("dst_device", dst_device)):
+        try:
+            types.append(torch.device(device).type)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"{name} must be a device such as 'cuda:0', 'cpu' or a torch.device, "
+                             f"not {device!r}.") from None
+    return types[0] == "cuda" and types[1] == "cpu" and not dst_pinned and non_blocking
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Interception of the Python-level calls that torch's sync debug mode does not flag
+
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object",
+    "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "barrier", "monitored_barrier",
+)
+"""``torch.distributed`` functions that :func:`sync_guard` intercepts (kind ``"collective: <name>"``)."""
+
+_MISSING = object()
+_local = threading.local()  # .depth: intercepted calls in progress in this thread
+
+
+def _depth() -> int:
+    return getattr(_local, "depth", 0)
+
+
+@contextmanager
+def _inside_intercepted() -> Iterator[None]:
+    _local.depth = _depth() + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+def _targets() -> list[tuple[Any, str, str]]:
+    """(owner, attribute, kind) of every function and method that the guard wraps, those present in this torch."""
+    import torch.cuda.memory
+
+    targets: list[tuple[Any, str, str]] = [
+        (torch.cuda, "synchronize", "torch.cuda.synchronize"),
+        (torch.cuda.Event, "synchronize", "Event.synchronize"),
+        (torch.cuda.Stream, "synchronize", "Stream.synchronize"),
+        (torch.cuda, "empty_cache", "empty_cache"),
+        (torch.cuda.memory, "empty_cache", "empty_cache"),
+    ]
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "synchronize"):
+        targets.append((accelerator, "synchronize", "torch.accelerator.synchronize"))
+    if torch.distributed.is_available():
+        from torch.distributed import distributed_c10d
+
+        for owner in (torch.distributed, distributed_c10d):
+            targets += [(owner, name, f"collective: {name}") for name in COLLECTIVES if hasattr(owner, name)]
+    return targets
+
+
+def _site_here(kind: str) -> SyncSite:
+    """A SyncSite for the current call stack, without the frames of this module at its inner end."""
+    frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()]
+    while frames and frames[-1][0] == __file__:
+        frames.pop()
+    stack = tuple(frames)
+    file, line, function = next((f for f in reversed(stack) if not _is_library(f[0])),
+                                stack[-1] if stack else ("?", 0, "?"))
+    return SyncSite(file, line, function, stack, kind)
+
+
+def _seen(report: SyncReport, strict: bool, kind: str) -> None:
+    site = _site_here(kind)
+    report.sites.append(site)
+    if strict:
+        raise SyncError(f"{kind} at {site.where} (in {site.function}()): sync_guard(strict=True) forbids "
+                        "synchronizing calls; the call was not made.")
+
+
+def _wrap(original: Callable[..., Any], kind: str, report: SyncReport, strict: bool) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def intercepted(*args: Any, **kwargs: Any) -> Any:
+        if _depth() == 0:  # calls made inside another intercepted call are part of it
+            _seen(report, strict, kind)
+        with _inside_intercepted():
+            return original(*args, **kwargs)
+
+    return intercepted
+
+
+def _copy_waits(dst: Any, src: Any, non_blocking: Any) -> bool:
+    """Whether ``dst.copy_(src, non_blocking)`` is a pageable non-blocking device-to-host copy (pinning asked last)."""
+    if non_blocking is not True or not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        return False
+    if src.device.type != "cuda" or dst.device.type != "cpu":
+        return False
+    return is_pageable_d2h_copy(src.device, dst.device, bool(dst.is_pinned()), True)
+
+
+def _wrap_copy(original: Callable[..., Any], report: SyncReport, strict: bool) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def copy_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        src = args[0] if args else kwargs.get("src")
+        non_blocking = args[1] if len(args) > 1 else kwargs.get("non_blocking", False)
+        if _depth() == 0 and _copy_waits(self, src, non_blocking):
+            _seen(report, strict, PAGEABLE_COPY)
+            with _inside_intercepted():
+                return original(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    return copy_
+
+
+def _record_warning(report: SyncReport, message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                    line: Any = None) -> None:
+    """Append the debug-mode warning raised at ``filename:lineno`` to ``report``, with the current stack.
+
+    ``functools.partial(_record_warning, report)`` has the signature of ``warnings.showwarning``.
+
+    The frames of this module at the inner end of the stack (the warning handler and, for a
+    blocking copy, the ``copy_`` wrapper) are dropped; a warning that Python attributes to the
+    wrapper is moved to the wrapper's caller, where it would point without the guard.
+    """
+    frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()
+              if not f.filename.endswith("warnings.py")]
+    while frames and frames[-1][0] == __file__:
+        frames.pop()
+    if filename == __file__ and frames:
+        filename, lineno = frames[-1][0], frames[-1][1]
+    function = next((fn for file, ln, fn in reversed(frames) if file == filename and ln == lineno), "?")
+    report.sites.append(SyncSite(filename, lineno, function, tuple(frames), DEBUG_MODE))
+
+
+@contextmanager
+def _intercept(report: SyncReport, strict: bool = False) -> Iterator[SyncReport]:
+    """Wrap the Python-level synchronizing calls (see :func:`sync_guard`) while the block runs; no CUDA needed.
+
+    Each call records a :class:`SyncSite` into ``report`` (or, with ``strict``, raises
+    :class:`SyncError` before calling the original). Every attribute is put back on exit, also
+    when the block raises; nested uses restore the enclosing use's wrappers.
+
+    ``torch.Tensor.copy_`` is replaced on the class rather than watched with a
+    ``TorchFunctionMode``: a mode is per thread, routes every torch call in the block through
+    Python, and would become the innermost Python frame of every op, so the file:line of the
+    debug-mode warnings would point at the mode instead of the caller.
+    """
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for owner, name, kind in _targets():
+            saved.append((owner, name, vars(owner).get(name, _MISSING)))
+            setattr(owner, name, _wrap(getattr(owner, name), kind, report, strict))
+        saved.append((torch.Tensor, "copy_", vars(torch.Tensor).get("copy_", _MISSING)))
+        torch.Tensor.copy_ = _wrap_copy(torch.Tensor.copy_, report, strict)  # type: ignore[method-assign]
+        yield report
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
 @contextmanager
 def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
     """Watch the CUDA calls that make the host wait for the GPU, inside the ``with`` block.
 
-    Uses ``torch.cuda.set_sync_debug_mode``: each synchronizing call is recorded with the
-    Python file:line that made it, or, with ``strict=True``, raises :class:`SyncError` there.
-    The previous debug mode is restored on exit.
+    Each synchronizing call is recorded as a :class:`SyncSite` with the Python file:line that
+    made it and a ``kind``, or, with ``strict=True``, raises :class:`SyncError` there. Two
+    mechanisms feed the report:
+
+    - ``torch.cuda.set_sync_debug_mode("warn")`` (``"error"`` when strict), kind
+      ``"debug mode"``. It flags what goes through c10's ``warn_or_error_on_sync`` check:
+      ``c10::cuda::stream_synchronize`` and ``memcpy_and_sync`` (blocking copies between host
+      and device, ``.item()``, ``bool(t)``, ``.cpu()``, ``torch.cuda.Stream.synchronize()``
+      ...). It does not flag ``torch.cuda.synchronize()`` (``c10::cuda::device_synchronize``
+      has no such check), ``Event.synchronize()`` (``CUDAEvent::synchronize`` calls
+      ``cudaEventSynchronize`` directly), ``empty_cache()``, non-blocking copies or collectives.
+    - Wrappers installed for the block: ``torch.cuda.synchronize``, ``torch.accelerator.synchronize``,
+      ``torch.cuda.Event.synchronize``, ``torch.cuda.Stream.synchronize`` (also flagged by the
+      debug mode; the wrapper names it), ``torch.cuda.empty_cache`` (and ``torch.cuda.memory.empty_cache``),
+      the ``torch.distributed`` functions in :data:`COLLECTIVES` (on ``torch.distributed`` and on
+      ``torch.distributed.distributed_c10d``; torchmetrics calls ``torch.distributed.all_gather``
+      by attribute at call time, so its syncs are seen), and ``torch.Tensor.copy_``, which reports
+      a ``non_blocking=True`` copy from a CUDA tensor into pageable host memory
+      (:func:`is_pageable_d2h_copy`). ``cuda_t.to("cpu", non_blocking=True)`` is not such a copy:
+      ``_to_copy`` allocates its output in pinned memory when ``non_blocking`` and the source is
+      CUDA. The file:line of these sites is the innermost caller outside torch, torchmetrics and
+      this module; in strict mode the ``SyncError`` names the kind and that line and the original
+      is not called. A wrapped call counts once: syncs inside it (an object collective's
+      ``.item()``, the stream sync in ``Stream.synchronize``) are not reported again.
+
+    On exit the debug mode, the warning filters and every wrapped attribute are restored, also
+    when the block raises; an inner guard records the syncs of its block (the outer one does not
+    see them) and restores the outer guard's state when it exits.
+
+    Process-wide effects: the sync debug mode is one setting for the whole process, and the
+    wrappers replace module and class attributes, so calls made by other threads while the guard
+    is on are affected too. Wrapped calls from another thread are recorded in this report with
+    that thread's stack (in strict mode they raise there). ``warnings.catch_warnings`` swaps the
+    module-level ``warnings.filters`` and ``warnings.showwarning`` (it is documented as not
+    thread-safe): while the guard is on, a debug-mode warning raised in any thread is recorded in
+    this report, with that thread's stack, and other warnings of all threads pass to the previous
+    ``showwarning``; in strict mode a debug-mode sync in another thread raises a plain
+    ``RuntimeError`` in that thread. Do not run guards in several threads at once: each restores
+    what it saw on entry, so overlapping guards can leave each other's wrappers installed.
+
+    What the guard still cannot see:
+
+    - syncs made from C++ without the debug-mode check: extensions or torch ops that call
+      ``cudaDeviceSynchronize``/``cudaStreamSynchronize``/``cudaEventSynchronize`` or
+      ``at::cuda::device_synchronize`` directly, ``torch.Event``/``torch.Stream`` (the
+      device-generic C++ classes, which cannot be patched), DDP's gradient all-reduce and its
+      start-up broadcast (issued by its C++ reducer), functional collectives
+      (``torch.distributed._functional_collectives``, ``torch.distributed.nn``), which run as ops;
+    - Python references taken before the guard began (``from torch.cuda import synchronize``,
+      ``sync = torch.cuda.synchronize``, ``from torch.distributed import all_reduce``): they point
+      at the originals;
+    - ``copy_`` calls made from C++, Tensor subclasses that define their own ``copy_``, and
+      non-blocking copies from pageable host memory to the device;
+    - ``cudaFree``/``cudaMalloc`` issued by the caching allocator (when it frees cached blocks to
+      retry a failed allocation, say) and pinned host allocations;
+    - driver-API calls made by other libraries (CuPy, Triton's launcher and autotuner, NCCL
+      internals, cuDNN/cuBLAS), and any CUDA call that blocks for reasons of its own ("any CUDA
+      API call may block or synchronize", CUDA's API synchronization behavior page);
+    - threads that run no Python code (autograd's backward worker threads, NCCL's watchdog) meet
+      no wrapper; a debug-mode sync in such a thread reaches the report only if torch passes its
+      warning on to a Python thread;
+    - whether a reported call really waited (a ``torch.cuda.synchronize()`` on an idle device
+      returns at once) and how long: use a profiler trace for that (:func:`step_syncs`).
 
     Example (needs CUDA):
         >>> with sync_guard() as report:                        # doctest: +SKIP
         ...     loss.item()
-        >>> report.count                                        # doctest: +SKIP
-        1
+        ...     torch.cuda.synchronize()
+        >>> [s.kind for s in report.sites]                      # doctest: +SKIP
+        ['debug mode', 'torch.cuda.synchronize']
     """
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be True or False, not {strict!r}.")
@@ -231,21 +557,21 @@ def sync_guard(strict: bool = False) -> Iterator[SyncReport]:
             if not _SYNC_MESSAGE.search(str(message)):
                 shown(message, category, filename, lineno, file, line)
                 return
-            if not armed:
+            if not armed or _depth() > 0:  # inside an intercepted call: that call is the site
                 return
-            stack = tuple((f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()[:-1]
-                          if not f.filename.endswith("warnings.py"))
-            function = next((fn for file, ln, fn in reversed(stack) if file == filename and ln == lineno), "?")
-            report.sites.append(SyncSite(filename, lineno, function, stack))
+            _record_warning(report, message, category, filename, lineno)
 
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("error" if strict else "warn")
         armed = True
         try:
-            yield report
+            with _intercept(report, strict):
+                yield report
         except RuntimeError as err:
             if strict and _SYNC_MESSAGE.search(str(err)) and not isinstance(err, SyncError):
                 frames = traceback.extract_tb(err.__traceback__)
+                while frames and frames[-1].filename == __file__:  # the copy_ wrapper: point at its caller
+                    frames.pop()
                 last = frames[-1] if frames else None
                 where = f"{short_path(last.filename)}:{last.lineno}" if last else "?"
                 raise SyncError(f"synchronizing CUDA call at {where}: {err}") from err
@@ -290,11 +616,13 @@ def record_steps(
 def audit(cases: dict[str, Callable[[], Any]]) -> str:
     """Run each callable once under :func:`sync_guard` and tabulate its syncs and where they happen.
 
-    Each callable is run once untimed first, so that first-call allocations do not count.
+    Each callable is run once untimed first, so that first-call allocations do not count. A
+    site that torch's sync debug mode did not report carries its kind in brackets, e.g.
+    ``[torch.cuda.synchronize]``.
 
     Example (needs CUDA):
         >>> print(audit({"item": lambda: x.item()}))           # doctest: +SKIP
-        item                             1  mentor_demo.py:3  x.item()
+        item                             1  1x mentor_demo.py:3  x.item()
     """
     if not isinstance(cases, dict) or not all(callable(f) for f in cases.values()):
         raise TypeError("audit takes a dict of {label: callable with no arguments}.")
@@ -306,17 +634,21 @@ def audit(cases: dict[str, Callable[[], Any]]) -> str:
         fn()
         torch.cuda.synchronize()
         report = count_syncs(fn)
-        sites = Counter((s.where, s.code) for s in report.sites)
+        sites = Counter((s.where, s.code, s.kind) for s in report.sites)
         first = True
-        for (where, code), n in (sites.items() or [(("", ""), 0)]):
+        for (where, code, kind), n in (sites.items() or [(("", "", DEBUG_MODE), 0)]):
             head = f"{label:<34}{report.count:>3}" if first else " " * 37
-            lines.append(f"{head}  {f'{n}x ' if n else ''}{where}  {code}".rstrip())
+            tag = "" if kind == DEBUG_MODE else f"  [{kind}]"
+            lines.append(f"{head}  {f'{n}x ' if n else ''}{where}  {code}{tag}".rstrip())
             first = False
     return "\n".join(lines)
 
 
 def count_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SyncReport:
     """Call ``fn(*args, **kwargs)`` once under :func:`sync_guard` and return what it saw.
+
+    Pass ``lambda: torch.cuda.synchronize()`` rather than ``torch.cuda.synchronize`` itself: a
+    reference taken before the guard starts is the original, which the guard does not see.
 
     Example (needs CUDA):
         >>> from torchmetrics import MeanMetric
@@ -331,6 +663,33 @@ def count_syncs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SyncReport
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return report
+
+
+def debug_mode_count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """How many syncs torch's own ``set_sync_debug_mode("warn")`` flags in one call of ``fn``, with no wrappers.
+
+    This is the probe without :func:`sync_guard`'s additions, to show what torch alone sees.
+    The previous mode is restored.
+
+    Example (needs CUDA):
+        >>> debug_mode_count(lambda: torch.cuda.synchronize())    # doctest: +SKIP
+        0
+    """
+    if not callable(fn):
+        raise TypeError(f"debug_mode_count takes a callable, not {type(fn).__name__}.")
+    if not torch.cuda.is_available():
+        raise RuntimeError("debug_mode_count counts CUDA syncs and torch sees no CUDA device; run it on a GPU.")
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        seen.clear()  # torch may report a sync from inside set_sync_debug_mode itself
+        try:
+            fn(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+    return sum(1 for w in seen if _SYNC_MESSAGE.search(str(w.message)))
 
 
 def ranged_mean_metric() -> type:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -89,8 +90,12 @@ class RunStats:
     """
 
     def __init__(self, clock: _StepClock | list[float], batch_size: int, device: str) -> None:
+        if not isinstance(clock, (_StepClock, list)):
+            raise TypeError(f"RunStats takes a list of step times in ms (or train()'s clock), "
+                            f"not {type(clock).__name__}.")
+        _check_count("batch_size", batch_size, 1)
         self._clock = clock
-        self._step_ms: list[float] | None = list(clock) if isinstance(clock, list) else None
+        self._step_ms: list[float] | None = _check_step_ms(list(clock)) if isinstance(clock, list) else None
         self.batch_size = batch_size
         self.device = device
 
@@ -98,7 +103,7 @@ class RunStats:
     def step_ms(self) -> list[float]:
         """Time of each timed step (reading them waits for the GPU once)."""
         if self._step_ms is None:
-            self._step_ms = self._clock.durations_ms()  # type: ignore[union-attr]
+            self._step_ms = _check_step_ms(self._clock.durations_ms())  # type: ignore[union-attr]
         return self._step_ms
 
     @property
@@ -113,6 +118,18 @@ class RunStats:
 
     def __repr__(self) -> str:
         return f"RunStats({len(self.step_ms)} steps, median {self.median_ms:.2f} ms, batch {self.batch_size})"
+
+
+def _check_step_ms(values: list[Any]) -> list[float]:
+    """The step times, or ValueError naming the first one that is not a finite number of milliseconds > 0."""
+    if not values:
+        raise ValueError("RunStats needs at least one step time; pass a list with one time in ms per timed step.")
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"step time {index} is {value!r}: each step time must be a finite number of "
+                             "milliseconds > 0; pass the measured times (a NaN, negative or zero time is a "
+                             "broken clock, not a measurement).")
+    return [float(v) for v in values]
 
 
 def _check_count(name: str, value: object, minimum: int) -> int:
@@ -170,12 +187,13 @@ def train(
         if index == warmup:
             clock.mark()
         try:
-            images, labels = next(iterator)
+            batch = next(iterator)
         except StopIteration:
             raise ValueError(
                 f"batches ran out after {index} of {total} steps (warmup {warmup} + steps {steps}); pass an "
                 "endless stream such as mentor.data.device_batches(...) or a loader with enough batches."
             ) from None
+        images, labels = _check_batch(index, batch)
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
@@ -196,6 +214,22 @@ def train(
         if bar is not None:
             bar.update(index + 1)
     return RunStats(clock, batch_size=int(images.shape[0]), device=str(device))
+
+
+def _check_batch(index: int, batch: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)`` of step ``index``, or an error naming the step and what to pass."""
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2
+            and all(isinstance(t, torch.Tensor) for t in batch)):
+        raise TypeError(f"batch of step {index} is a {type(batch).__name__}, not an (images, labels) pair of "
+                        "tensors; pass batches such as mentor.data.device_batches(...) yields.")
+    images, labels = batch
+    if images.dim() == 0 or images.shape[0] == 0:
+        raise ValueError(f"batch of step {index} has 0 images (images shape {tuple(images.shape)}); "
+                         "pass non-empty batches (drop empty ones, or use drop_last=True in the DataLoader).")
+    if labels.dim() == 0 or labels.shape[0] != images.shape[0]:
+        raise ValueError(f"batch of step {index} has {images.shape[0]} images but labels of shape "
+                         f"{tuple(labels.shape)}; pass one label per image.")
+    return images, labels
 
 
 class _Progress:

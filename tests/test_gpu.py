@@ -130,3 +130,194 @@ def test_profiler_and_guard_agree(tmp_path):
     steps = step_syncs(trace)
     assert [s.count for s in steps] == [2, 2, 2]
     assert all(set(s.ranges) == {"nan check: any()"} for s in steps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sync_guard beyond torch's sync debug mode: the wrapped calls (mentor.profiling._intercept)
+
+import re  # noqa: E402 - imports of the tests added below
+import sys  # noqa: E402
+import warnings  # noqa: E402
+
+import torch.distributed as dist  # noqa: E402
+
+from mentor.ddp import single_rank_group  # noqa: E402
+from mentor.profiling import DEBUG_MODE, PAGEABLE_COPY, audit  # noqa: E402
+
+
+def _here():
+    """The line number of the caller's current line."""
+    return sys._getframe(1).f_lineno
+
+
+def _recorded_event():
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+# each is a one-line lambda: the site's line is the lambda's first line
+NEW_CALLS = {
+    "torch.cuda.synchronize": lambda: torch.cuda.synchronize(),
+    "Event.synchronize": lambda: _recorded_event().synchronize(),
+    "Stream.synchronize": lambda: torch.cuda.current_stream().synchronize(),
+    "empty_cache": lambda: torch.cuda.empty_cache(),
+    PAGEABLE_COPY: lambda: torch.empty(1024).copy_(torch.ones(1024, device="cuda"), non_blocking=True),
+}
+if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "synchronize"):
+    NEW_CALLS["torch.accelerator.synchronize"] = lambda: torch.accelerator.synchronize()
+
+
+def _warm(call):
+    call()  # first-call allocations and lazy initialisation happen outside the guard
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("kind", list(NEW_CALLS))
+def test_sync_guard_sees_a_call_the_debug_mode_misses(kind):
+    call = NEW_CALLS[kind]
+    _warm(call)
+    with sync_guard() as report:
+        call()
+    torch.cuda.synchronize()
+    # exactly one site: for Stream.synchronize the debug mode's own warning is folded into the wrapped call
+    assert [s.kind for s in report.sites] == [kind], report.table()
+    site = report.sites[0]
+    assert site.file == __file__
+    assert site.line == call.__code__.co_firstlineno
+    assert site.where == f"tests/test_gpu.py:{site.line}"
+
+
+@pytest.mark.parametrize("kind", list(NEW_CALLS))
+def test_sync_guard_strict_raises_for_a_call_the_debug_mode_misses(kind):
+    call = NEW_CALLS[kind]
+    _warm(call)
+    before = torch.cuda.get_sync_debug_mode()
+    line = call.__code__.co_firstlineno
+    with pytest.raises(SyncError, match=rf"^{re.escape(kind)} at tests/test_gpu.py:{line} "):
+        with sync_guard(strict=True):
+            call()
+    torch.cuda.synchronize()
+    assert torch.cuda.get_sync_debug_mode() == before
+
+
+def test_sync_guard_sees_collectives_in_a_one_rank_nccl_group():
+    with single_rank_group("nccl"):
+        t = torch.ones(4, device="cuda")
+        dist.all_reduce(t)  # warm: the communicator
+        dist.barrier()
+        torch.cuda.synchronize()
+        calls = {
+            "all_reduce": lambda: dist.all_reduce(t),
+            "barrier": lambda: dist.barrier(),
+            "all_gather_object": lambda: dist.all_gather_object([None], {"a": 1}),
+        }
+        for name, call in calls.items():
+            call()
+            torch.cuda.synchronize()
+            with sync_guard() as report:
+                call()
+            torch.cuda.synchronize()
+            # one site per call, whatever the call syncs inside (all_gather_object reads sizes back)
+            assert [s.kind for s in report.sites] == [f"collective: {name}"], report.table()
+            assert (report.sites[0].file, report.sites[0].line) == (__file__, call.__code__.co_firstlineno)
+            with pytest.raises(SyncError, match=rf"^collective: {name} at tests/test_gpu.py:\d+ "):
+                with sync_guard(strict=True):
+                    call()
+        out = [torch.zeros(4, device="cuda")]
+        with pytest.raises(SyncError, match=r"^collective: all_gather at tests/test_gpu.py:\d+ "):
+            with sync_guard(strict=True):
+                dist.all_gather(out, t)
+        torch.cuda.synchronize()
+        assert torch.equal(out[0], torch.zeros(4, device="cuda"))  # the original collective was not called
+
+
+def test_sync_guard_ignores_pinned_and_to_cpu_non_blocking_copies():
+    src = torch.ones(1024, device="cuda")
+    pinned = torch.empty(1024, pin_memory=True)
+    pinned.copy_(src, non_blocking=True)
+    src.to("cpu", non_blocking=True)
+    torch.cuda.synchronize()
+    with sync_guard() as report:
+        pinned.copy_(src, non_blocking=True)
+        out = src.to("cpu", non_blocking=True)
+    torch.cuda.synchronize()
+    assert PAGEABLE_COPY not in report.by_kind(), report.table()
+    assert out.is_pinned()  # _to_copy allocates a pinned output for a non_blocking CUDA-to-CPU copy
+
+
+def test_torch_debug_mode_alone_misses_device_and_event_synchronize():
+    # the gap that the wrappers fill: c10::cuda::device_synchronize and CUDAEvent::synchronize have no
+    # warn_or_error_on_sync check, stream_synchronize (behind .item() and Stream.synchronize) has
+    x = torch.ones((), device="cuda")
+    event = _recorded_event()
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.synchronize()
+            event.synchronize()
+            missed = [str(w.message) for w in caught]
+            x.item()
+            torch.cuda.current_stream().synchronize()
+            flagged = [str(w.message) for w in caught][len(missed):]
+        torch.cuda.set_sync_debug_mode("error")
+        torch.cuda.synchronize()  # no error in error mode either
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    assert not [m for m in missed if "synchroniz" in m.lower()], missed
+    assert len([m for m in flagged if "synchroniz" in m.lower()]) == 2, flagged
+
+
+def test_sync_guard_still_sees_item_once_as_debug_mode():
+    t = torch.ones((), device="cuda")
+    with sync_guard() as report:
+        _read_back(t)
+        torch.cuda.synchronize(); line = _here()  # noqa: E702
+    assert [s.kind for s in report.sites] == [DEBUG_MODE, "torch.cuda.synchronize"], report.table()
+    assert report.sites[0].function == "_read_back"
+    assert report.sites[1].line == line
+    assert report.table().splitlines()[1].endswith("  [torch.cuda.synchronize]")
+
+
+def test_nested_sync_guards_restore_the_outer_guard():
+    original = torch.cuda.synchronize
+    with sync_guard() as outer:
+        torch.cuda.synchronize()
+        with sync_guard(strict=True) as inner:
+            with pytest.raises(SyncError, match="torch.cuda.synchronize at tests/test_gpu.py"):
+                torch.cuda.synchronize()
+        assert torch.cuda.get_sync_debug_mode() == 1  # "warn", the outer guard's mode
+        torch.cuda.synchronize()
+    assert torch.cuda.synchronize is original
+    assert (outer.count, inner.count) == (2, 1)
+
+
+def test_sync_guard_restores_the_wrapped_calls_when_the_body_raises():
+    originals = (torch.cuda.synchronize, torch.cuda.Event.synchronize, torch.cuda.empty_cache, torch.Tensor.copy_)
+    with pytest.raises(KeyError):
+        with sync_guard():
+            raise KeyError("body")
+    assert (torch.cuda.synchronize, torch.cuda.Event.synchronize, torch.cuda.empty_cache,
+            torch.Tensor.copy_) == originals
+
+
+def test_audit_shows_the_kind_of_a_wrapped_call():
+    table = audit({"device sync": lambda: torch.cuda.synchronize()})
+    assert table.startswith("device sync") and table.endswith("[torch.cuda.synchronize]"), table
+
+
+def test_blocking_copy_under_the_copy_wrapper_points_at_the_caller():
+    # copy_ is wrapped while the guard is on; the debug mode's warning for a blocking D2H copy still names
+    # the line that called copy_, not the wrapper
+    src = torch.ones(4, device="cuda")
+    dst = torch.empty(4)
+    dst.copy_(src)
+    with sync_guard() as report:
+        dst.copy_(src); line = _here()  # noqa: E702
+    assert [(s.kind, s.file, s.line) for s in report.sites] == [(DEBUG_MODE, __file__, line)], report.table()
+    with pytest.raises(SyncError, match=r"synchronizing CUDA call at tests/test_gpu.py:\d+"):
+        with sync_guard(strict=True):
+            dst.copy_(src)

@@ -1,15 +1,22 @@
-"""CPU tests of mentor.bench: Config, compare (interleaving, table, ratio, JSON, plot), beyond_spread, the CLI."""
+"""CPU tests of mentor.bench: Config, compare (random order, report steps, syncs), bootstrap intervals, table, JSON,
+plot, the CLI."""
 
 import json
+import math
+import random
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from mentor import bench
-from mentor.bench import Comparison, Config, Result, article_configs, catalogue, compare, metrics_config
+from mentor.bench import (Comparison, Config, Interval, Result, article_configs, catalogue, compare, metrics_config,
+                          report_positions)
 from mentor.data import device_batches
 from mentor.env import get_profile
 from mentor.metrics import METRIC_SETS
@@ -149,12 +156,34 @@ def test_step_time_config_rejects_unknown_update():
 # compare on the CPU
 
 
-def test_compare_interleaves_rounds(setup, batches):
-    log = []
-    cmp = compare([recording_config("A", log), recording_config("B", log)], setup, batches,
-                  steps=1, warmup=0, rounds=2, progress=False)
-    assert log == ["A", "B", "A", "B"]
-    assert [r.name for r in cmp.results] == ["A", "B"]
+def expected_orders(names, rounds, seed):
+    """The orders compare documents: ``order = list(configs); random.Random(seed).shuffle(order)`` each round."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def test_compare_runs_rounds_in_seeded_random_order(setup, batches):
+    names = ["A", "B", "C"]
+    runs = {}
+    for seed in (0, 1, 0):
+        log = []
+        cmp = compare([recording_config(n, log) for n in names], setup, batches, steps=1, warmup=0, rounds=4,
+                      progress=False, seed=seed)
+        want = expected_orders(names, 4, seed)
+        assert cmp.settings["orders"] == want
+        assert cmp.settings["seed"] == seed
+        assert log == [n for order in want for n in order]  # the runs really happened in that order
+        assert all(sorted(order) == names for order in cmp.settings["orders"])  # each round a permutation
+        assert [r.name for r in cmp.results] == names and cmp.baseline == "A"  # the first config stays baseline
+        runs.setdefault(seed, []).append(cmp.settings["orders"])
+    assert runs[0][0] == runs[0][1]  # the same seed repeats
+    assert runs[0][0] != runs[1][0]  # two seeds differ
+    assert len({tuple(o) for o in runs[0][0]}) > 1  # every round its own shuffle, not one order repeated
 
 
 def test_compare_runs_warmup_and_steps_per_run(setup, batches):
@@ -162,9 +191,13 @@ def test_compare_runs_warmup_and_steps_per_run(setup, batches):
     cmp = compare([recording_config("A", log)], setup, batches, steps=3, warmup=2, rounds=2, progress=False)
     assert log == ["A"] * (2 * (2 + 3))
     r = cmp["A"]
-    assert len(r.round_medians_ms) == 2 and len(r.step_ms) == 2 * 3
+    assert len(r.round_step_ms) == 2 and all(len(s) == 3 for s in r.round_step_ms)
+    assert r.step_ms == r.round_step_ms[0] + r.round_step_ms[1]
+    assert r.round_medians_ms == [sorted(s)[1] for s in r.round_step_ms]
+    assert r.total_ms == [pytest.approx(sum(s)) for s in r.round_step_ms]
     assert all(t > 0 for t in r.step_ms)
-    assert cmp.settings == dict(steps=3, warmup=2, rounds=2, report_every=0, sync_steps=5)
+    assert cmp.settings == dict(steps=3, warmup=2, rounds=2, report_every=0, sync_steps=5, seed=0,
+                                orders=[["A"], ["A"]])
 
 
 def test_compare_uses_a_config_s_own_batches(setup, batches):
@@ -185,60 +218,163 @@ def test_compare_uses_a_config_s_own_batches(setup, batches):
 def test_compare_reports_every_n_steps(setup, batches):
     reports = []
     cfg = Config("r", lambda: (None, reports.append))
-    compare([cfg], setup, batches, steps=4, warmup=0, rounds=1, report_every=2, progress=False)
+    cmp = compare([cfg, Config("none")], setup, batches, steps=4, warmup=0, rounds=1, report_every=2,
+                  progress=False)
     assert reports == [2, 4]
+    assert cmp["r"].report_steps == [1, 3]
+    assert cmp["none"].report_steps == []  # no on_report: no report step
+    assert cmp.report_ms("none") is None
 
 
-def test_compare_prints_one_line_per_round(setup, batches, capsys):
-    compare([Config("A"), Config("B")], setup, batches, steps=1, warmup=0, rounds=2)
+def test_compare_times_the_report_inside_its_step(setup, batches):
+    sleep_s = 0.3
+
+    def make():
+        return None, lambda n: time.sleep(sleep_s)
+
+    cmp = compare([Config("none"), Config("slow report", make)], setup, batches, steps=4, warmup=1, rounds=2,
+                  report_every=2, progress=False)
+    r = cmp["slow report"]
+    assert r.report_steps == [0, 2]  # global steps 1 and 3 report; timed steps start at global step 1
+    for steps in r.round_step_ms:
+        assert steps[0] >= 1000 * sleep_s and steps[2] >= 1000 * sleep_s  # the report is timed in its step
+    # the other steps only train (a loaded machine may stall one, not all four)
+    assert min(s[p] for s in r.round_step_ms for p in (1, 3)) < 1000 * sleep_s
+    assert cmp.report_ms("slow report") == float(np.median([s[p] for s in r.round_step_ms for p in (0, 2)]))
+    assert cmp.report_ms("slow report") >= 1000 * sleep_s
+    assert cmp["slow report"].total_ms[0] >= 2 * 1000 * sleep_s
+
+
+def test_compare_prints_one_line_per_round_in_run_order(setup, batches, capsys):
+    cmp = compare([Config("A"), Config("B"), Config("C")], setup, batches, steps=1, warmup=0, rounds=3, seed=1)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["round 1/2", "round 2/2"]
-    assert all("A " in line and "B " in line for line in lines)
+    assert [line.split(":")[0] for line in lines] == ["round 1/3", "round 2/3", "round 3/3"]
+    for line, order in zip(lines, cmp.settings["orders"]):
+        runs = line.split(": ", 1)[1].split(", ")
+        assert [run.split(" ")[0] for run in runs] == order
+        assert all(run.endswith(" ms") for run in runs)
 
 
-@pytest.fixture(scope="module")
-def comparison(setup):
-    cmp = compare([Config("none A"), metrics_config("optimized", 10, "cpu", name="metrics B")], setup,
-                  device_batches(2, 32, 10), steps=2, warmup=0, rounds=2, progress=False)
-    return cmp
+def counting_config(name, made):
+    """A Config whose every make() returns new hooks that count their calls; ``made`` collects the counters."""
+
+    def make():
+        calls = {"step": 0, "report": 0}
+        made.append(calls)
+
+        def on_step(step):
+            calls["step"] += 1
+
+        def on_report(n):
+            calls["report"] += 1
+
+        return on_step, on_report
+
+    return Config(name, make)
 
 
-def test_comparison_table(comparison):
-    table = comparison.table()
-    lines = table.splitlines()
-    assert len(lines) == 2 + 2  # head, rule, one row per config
-    assert "none A" in lines[2] and "baseline" in lines[2]
-    assert "metrics B" in lines[3] and ("within spread" in lines[3] or "beyond spread" in lines[3])
-    assert table.count("n/a (CPU)") == 2  # no sync counts without CUDA
-    assert comparison.batch_size == 2
+class FakeReport:
+    count = 0
 
 
-def test_comparison_ratio(comparison):
-    assert comparison.ratio("none A") == 1.0
-    assert comparison.ratio("metrics B") == comparison["metrics B"].median_ms / comparison["none A"].median_ms
-    with pytest.raises(KeyError, match=r"no configuration 'zzz'; have \['none A', 'metrics B'\]"):
-        comparison.ratio("zzz")
+def fake_sync_guard(counter):
+    """A stand-in for mentor.profiling.sync_guard that counts ``counter["syncs"]`` increments inside the block."""
+
+    @contextmanager
+    def guard(strict=False):
+        report = FakeReport()
+        before = counter["syncs"]
+        yield report
+        report.count = counter["syncs"] - before
+
+    return guard
 
 
-def test_comparison_json_round_trip(comparison, tmp_path):
-    path = comparison.save_json(tmp_path / "sub" / "cmp.json")
-    assert path == tmp_path / "sub" / "cmp.json"
-    loaded = json.loads(path.read_text())
-    assert loaded == comparison.to_dict()
-    assert loaded["baseline"] == "none A"
-    assert [r["config"] for r in loaded["rows"]] == ["none A", "metrics B"]
-    assert loaded["results"][1]["step_ms"] == comparison["metrics B"].step_ms
-    assert set(loaded["environment"]) >= {"torch", "torchmetrics", "python"}
+def test_every_run_gets_fresh_hooks(setup, batches):
+    made = []
+    compare([counting_config("A", made)], setup, batches, steps=3, warmup=1, rounds=3, report_every=2,
+            progress=False)
+    assert len(made) == 3  # one make() per run, no sync pass on the CPU
+    assert [c["step"] for c in made] == [1 + 3] * 3  # each hook object served exactly one run of 1 + 3 steps
+    assert [c["report"] for c in made] == [2] * 3
 
 
-def test_comparison_plot(comparison, close_figures):
-    ax = comparison.plot()
-    assert len(ax.patches) == 2  # one bar per configuration
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["none A", "metrics B"]
-    labels = [t.get_text() for t in ax.texts]
-    assert labels[0] == "1.000x"
-    heights = [p.get_height() for p in ax.patches]
-    assert heights == [comparison["none A"].median_ms, comparison["metrics B"].median_ms]
+def test_sync_pass_counts_step_and_report_syncs(setup, batches, monkeypatch):
+    import mentor.profiling
+
+    counter = {"syncs": 0}
+    made = []
+
+    def make():
+        calls = {"step": 0, "report": 0}
+        made.append(calls)
+
+        def on_step(step):
+            calls["step"] += 1
+            counter["syncs"] += 2  # two syncs per step
+
+        def on_report(n):
+            calls["report"] += 1
+            counter["syncs"] += 5  # five per report
+
+        return on_step, on_report
+
+    monkeypatch.setattr(mentor.profiling, "sync_guard", fake_sync_guard(counter))
+    monkeypatch.setattr(bench, "_is_cuda", lambda s: True)  # take the CUDA branch on the CPU
+    cmp = compare([Config("none"), Config("m", make)], setup, batches, steps=2, warmup=0, rounds=2,
+                  report_every=2, sync_steps=3, progress=False)
+    assert len(made) == 2 + 1  # two runs, then the sync pass
+    assert [c["step"] for c in made] == [2, 2, 2 + 3]  # sync pass: 2 untimed steps, then 3 counted
+    assert [c["report"] for c in made] == [1, 1, 1]  # the sync pass calls on_report once
+    m, none = cmp["m"], cmp["none"]
+    assert (m.syncs_per_step, m.report_syncs, m.syncs_note) == (2.0, 5, None)
+    assert (none.syncs_per_step, none.report_syncs, none.syncs_note) == (0.0, None, None)
+    row = cmp.rows()[1]
+    assert (row["syncs_per_step"], row["report_syncs"]) == (2.0, 5)
+    line = cmp.table().splitlines()[4]
+    assert line.split()[-3:-1] == ["2", "5"]
+
+
+def test_syncs_note_on_cpu_and_when_not_counted(setup, batches, monkeypatch):
+    cmp = compare([Config("A")], setup, batches, steps=1, warmup=0, rounds=1, progress=False)
+    assert (cmp["A"].syncs_per_step, cmp["A"].syncs_note) == (None, "n/a (CPU)")
+    assert "n/a (CPU)" in cmp.table().splitlines()[3]
+
+    cmp = compare([Config("A")], setup, batches, steps=1, warmup=0, rounds=1, progress=False, count_syncs=False)
+    assert cmp["A"].syncs_note == "not counted"  # not counted, whatever the device
+
+    def no_sync_pass(*args, **kwargs):
+        raise AssertionError("count_syncs=False must not run the sync pass")
+
+    monkeypatch.setattr(bench, "_is_cuda", lambda s: True)
+    monkeypatch.setattr(bench, "_syncs_per_step", no_sync_pass)
+    cmp = compare([Config("A")], setup, batches, steps=1, warmup=0, rounds=1, progress=False, count_syncs=False)
+    assert (cmp["A"].syncs_per_step, cmp["A"].report_syncs, cmp["A"].syncs_note) == (None, None, "not counted")
+    assert "not counted" in cmp.table().splitlines()[3]
+
+
+@pytest.mark.parametrize("warmup,steps,every,positions", [
+    (1, 4, 2, [0, 2]),        # global steps 1..4 timed; reports after global steps 1 and 3
+    (0, 4, 2, [1, 3]),
+    (10, 60, 50, [39]),       # the full profile: one report, at global step 49
+    (2, 3, 2, [1]),           # global 2..4: only global 3 reports
+    (3, 2, 10, []),           # no report inside the timed window
+    (0, 5, 0, []),            # no reports at all
+    (0, 3, 1, [0, 1, 2]),
+    (5, 10, 4, [2, 6]),       # global 7 and 11
+])
+def test_report_positions(warmup, steps, every, positions):
+    assert report_positions(warmup, steps, every) == positions
+
+
+@pytest.mark.parametrize("args,message", [
+    ((-1, 1, 0), "warmup must be an int >= 0, got -1"),
+    ((0, 0, 0), "steps must be an int >= 1, got 0"),
+    ((0, 1, 1.5), "report_every must be an int >= 0, got 1.5"),
+])
+def test_report_positions_rejects_bad_counts(args, message):
+    with pytest.raises(ValueError, match=message):
+        report_positions(*args)
 
 
 @pytest.mark.parametrize("configs,error,message", [
@@ -257,6 +393,8 @@ def test_compare_rejects_bad_configs(setup, batches, configs, error, message):
     (dict(rounds=0), "rounds must be an int >= 1, got 0"),
     (dict(sync_steps=0), "sync_steps must be an int >= 1, got 0"),
     (dict(report_every=True), "report_every must be an int >= 0, got True"),
+    (dict(seed="1"), r"seed must be an int \(it seeds random.Random for the run order\), got '1'"),
+    (dict(seed=None), "seed must be an int"),
 ])
 def test_compare_rejects_bad_counts(setup, batches, kwargs, message):
     args = dict(steps=1, warmup=0, rounds=1) | kwargs
@@ -265,58 +403,378 @@ def test_compare_rejects_bad_counts(setup, batches, kwargs, message):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Hand-made results
+# Intervals and verdicts on hand-made results
 
 
-def result(name, rounds, steps=None, syncs=None):
-    return Result(name, f"{name} config", list(rounds), list(steps or rounds), syncs)
+def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
+    return Result(name, f"{name} config", [list(r) for r in rounds], list(report_steps), syncs, report_syncs, note)
 
 
-def test_result_median_and_spread():
-    r = result("x", [3.0, 1.0, 2.0], steps=[1.0, 2.0, 3.0, 10.0])
-    assert r.spread_ms == (1.0, 3.0)
-    assert r.median_ms == 2.5  # median over every step, not over rounds
+def comparison(*results, batch_size=4, seed=0):
+    return Comparison(list(results), baseline=results[0].name, batch_size=batch_size, settings={"seed": seed})
 
 
-@pytest.mark.parametrize("rounds,beyond", [
-    ([13.0, 14.0], True),    # all slower than the baseline's slowest round
-    ([8.0, 9.0], True),      # all faster than its fastest
-    ([11.0, 13.0], False),   # overlaps
-    ([12.0, 13.0], False),   # touches the baseline's max: not beyond
-    ([9.0, 10.0], False),    # touches its min
-    ([10.5, 11.5], False),   # inside
-    ([5.0, 20.0], False),    # contains it
+BASE = [[10.0, 11.0, 9.5, 10.2], [12.0, 12.5, 11.8, 12.1], [9.0, 9.4, 9.1, 8.8], [10.5, 10.0, 10.9, 10.4],
+        [11.1, 11.3, 10.7, 11.0]]
+
+
+def scaled(rounds, factors):
+    return [[t * f for t in steps] for steps, f in zip(rounds, factors)]
+
+
+def test_interval_str():
+    assert str(Interval(7.0, 6.1, 8.0)) == "+7.0 % [6.1, 8.0]"
+    assert str(Interval(-2.345, -3.0, -1.25)) == "-2.3 % [-3.0, -1.2]"
+    assert str(Interval(0.0, -0.04, 0.04)) == "+0.0 % [-0.0, 0.0]"
+    assert Interval(7.0, 6.1, 8.0).fmt(2) == "+7.00 % [6.10, 8.00]"
+    assert Interval(12.5, 6.1, 18.0).fmt(0) == "+12 % [6, 18]"
+    assert str(Interval(7.0, math.nan, math.nan)) == "+7.0 % [one round: no interval]"
+    assert Interval(7.0, 6.1, 8.0).level == 0.95
+
+
+@pytest.mark.parametrize("args,error,message", [
+    ((1.0, 2.0, 1.0), ValueError, r"Interval needs lo <= hi, got lo=2.0, hi=1.0"),
+    ((1.0, math.nan, 1.0), ValueError, "lo and hi must both be numbers or both NaN"),
+    ((math.nan, 0.0, 1.0), ValueError, "Interval.point must be finite"),
+    ((1.0, 0.0, 2.0, 95), ValueError, r"level must be between 0 and 1 \(0.95 for 95 %\), got 95"),
+    (("1", 0.0, 2.0), TypeError, "Interval.point must be a number, got '1'"),
 ])
-def test_beyond_spread(rounds, beyond):
-    cmp = Comparison([result("base", [10.0, 12.0]), result("other", rounds)], baseline="base", batch_size=4)
-    assert cmp.beyond_spread("other") is beyond
-    assert cmp.beyond_spread("base") is False
-    rows = cmp.rows()
-    assert rows[0]["beyond_spread"] is None and rows[1]["beyond_spread"] is beyond
-    verdict = "beyond spread" if beyond else "within spread"
-    assert cmp.table().splitlines()[3].endswith(verdict)
+def test_interval_rejects_bad_values(args, error, message):
+    with pytest.raises(error, match=message):
+        Interval(*args)
+    with pytest.raises(ValueError, match="digits must be an int >= 0, got -1"):
+        Interval(1.0, 0.0, 2.0).fmt(-1)
 
 
-def test_rows_from_hand_made_results():
-    cmp = Comparison([result("base", [10.0, 12.0], steps=[10.0, 10.0, 12.0]),
-                      result("fast", [5.0], steps=[5.0], syncs=2.0)], baseline="base", batch_size=4)
-    base, fast = cmp.rows()
-    assert base["median_ms"] == 10.0 and base["ratio"] == 1.0
-    assert base["images_per_s"] == 4 * 1000 / 10.0  # batch over the median step in seconds
-    assert fast["ratio"] == 0.5 and fast["syncs_per_step"] == 2.0
-    assert (fast["min_ms"], fast["max_ms"]) == (5.0, 5.0)
-    table = cmp.table()
-    assert "n/a (CPU)" in table.splitlines()[2]
-    assert table.splitlines()[3].endswith(f"{'2':>12}  beyond spread")
+def test_exactly_ten_percent_slower_every_round():
+    cmp = comparison(result("base", BASE), result("slow", scaled(BASE, [1.10] * 5)))
+    for kind in ("median", "throughput"):
+        iv = cmp.overhead("slow", kind)
+        assert iv.point == pytest.approx(10.0, abs=1e-9)
+        assert iv.lo == pytest.approx(10.0, abs=1e-9) and iv.hi == pytest.approx(10.0, abs=1e-9)
+        assert cmp.verdict("slow", kind) == "slower"
+    assert cmp.verdict("base") == "baseline"
+    base = cmp.overhead("base")
+    assert (base.point, base.lo, base.hi) == (0.0, 0.0, 0.0)
+    assert cmp.ratio("slow") == pytest.approx(1.10)
 
 
-def test_table_fits_long_names():
-    long = "a configuration with a long name"
-    cmp = Comparison([result("base", [1.0]), result(long, [1.0])], baseline="base", batch_size=1)
-    head, _, _, row = cmp.table().splitlines()
-    w = len(long) + 2  # the name column widens to the longest name plus two spaces
-    assert row[:w] == long.ljust(w)
-    assert row[w:w + 10] == f"{1.0:>10.2f}" and head[w:w + 10] == f"{'median ms':>10}"
+def test_paired_bootstrap_cancels_common_drift():
+    drift = [1.0, 1.2, 0.8, 1.15, 0.85]  # +-20 % from round to round, the same for both
+    base_rounds = [[10.0 * d * w for w in (1.0, 1.01, 0.99, 1.02)] for d in drift]
+    cmp = comparison(result("base", base_rounds), result("cfg", scaled(base_rounds, [1.05] * 5)))
+    for kind in ("median", "throughput"):
+        iv = cmp.overhead("cfg", kind)
+        assert (iv.point, iv.lo, iv.hi) == pytest.approx((5.0, 5.0, 5.0), abs=1e-9)
+        assert cmp.verdict("cfg", kind) == "slower"
+    # what an unpaired bootstrap (independent round draws for each) would give: a wide interval
+    rng = np.random.default_rng(0)
+    a, b = np.array(base_rounds) * 1.05, np.array(base_rounds)
+    ia, ib = rng.integers(0, 5, (4000, 5)), rng.integers(0, 5, (4000, 5))
+    unpaired = (np.median(a[ia].reshape(4000, -1), 1) / np.median(b[ib].reshape(4000, -1), 1) - 1) * 100
+    lo, hi = np.quantile(unpaired, [0.025, 0.975])
+    assert hi - lo > 20 and lo < 0  # so the test above tells paired from unpaired
+
+
+def test_equal_in_some_rounds_faster_in_others_is_unresolved():
+    base = [[10.0], [10.0], [10.0], [10.0]]
+    cmp = comparison(result("base", base), result("cfg", [[10.0], [9.0], [10.0], [9.0]]))
+    iv = cmp.overhead("cfg")
+    assert iv.point == pytest.approx(-5.0)  # median of 10, 9, 10, 9 over 10
+    # resamples with more 10-rounds give 0 %, with more 9-rounds -10 %: each has probability 5/16 > 2.5 %
+    assert iv.lo == pytest.approx(-10.0) and iv.hi == pytest.approx(0.0, abs=1e-12)
+    assert iv.lo <= 0 <= iv.hi
+    assert cmp.verdict("cfg") == "no difference resolved"
+
+
+def test_percentile_interval_of_two_rounds():
+    cmp = comparison(result("base", [[10.0], [10.0]]), result("cfg", [[10.0], [12.0]]))
+    iv = cmp.overhead("cfg", "throughput")
+    # resamples: rounds (0, 0) -> 0 %, mixed -> 22/20 -> +10 %, (1, 1) -> +20 %, each with probability >= 1/4
+    assert (iv.point, iv.lo, iv.hi) == pytest.approx((10.0, 0.0, 20.0))
+    assert cmp.verdict("cfg", "throughput") == "no difference resolved"  # lo == 0 is not above 0
+
+
+def test_faster_everywhere():
+    cmp = comparison(result("base", BASE), result("fast", scaled(BASE, [0.9, 0.92, 0.88, 0.9, 0.91])))
+    iv = cmp.overhead("fast")
+    assert iv.hi < 0 and iv.lo >= -12.0 - 1e-9 and iv.hi <= -8.0 + 1e-9
+    assert cmp.verdict("fast") == "faster"
+
+
+def test_one_round_has_no_interval():
+    cmp = comparison(result("base", [[10.0, 10.0]]), result("cfg", [[10.7, 10.7]]))
+    iv = cmp.overhead("cfg")
+    assert iv.point == pytest.approx(7.0)
+    assert math.isnan(iv.lo) and math.isnan(iv.hi) and not iv.has_interval
+    assert str(iv) == "+7.0 % [one round: no interval]"
+    assert cmp.verdict("cfg") == "no interval (1 round)"
+    assert cmp.verdict("base") == "baseline"
+    row = cmp.rows()[1]
+    assert row["overhead_lo"] is None and row["overhead_hi"] is None and row["overhead_pct"] == pytest.approx(7.0)
+
+
+def test_bootstrap_is_seeded_and_reproducible():
+    noisy = scaled(BASE, [1.02, 1.07, 0.99, 1.05, 1.03])
+    a = comparison(result("base", BASE), result("cfg", noisy), seed=0)
+    b = comparison(result("base", BASE), result("cfg", noisy), seed=0)
+    c = comparison(result("base", BASE), result("cfg", noisy), seed=7)
+    assert a.overhead("cfg") == b.overhead("cfg")
+    assert a.overhead("cfg").point == c.overhead("cfg").point
+    assert a.overhead("cfg", "throughput") != c.overhead("cfg", "throughput")  # the seed drives the draws
+    assert a.overhead("cfg").lo < a.overhead("cfg").hi
+
+
+def test_throughput_counts_the_report_steps():
+    base = [[10.0, 10.0, 10.0, 10.0]] * 3
+    cfg = [[11.0, 11.0, 11.0, 51.0]] * 3  # the last step of every round also ran a long report
+    cmp = comparison(result("base", base), result("cfg", cfg, report_steps=[3]), batch_size=4)
+    assert cmp.images_per_s("base") == 4 * 12 / (120.0 / 1000) == pytest.approx(400.0)  # 3 rounds of 40 ms
+    assert cmp.images_per_s("cfg") == 4 * 12 / (3 * 84.0 / 1000)  # batch * steps / total seconds
+    assert cmp.overhead("cfg").point == pytest.approx(10.0)  # the median step ignores the report
+    iv = cmp.overhead("cfg", "throughput")
+    assert (iv.point, iv.lo, iv.hi) == pytest.approx((110.0, 110.0, 110.0))  # 84 ms per round instead of 40
+    assert cmp.report_ms("cfg") == 51.0 and cmp.report_ms("base") is None
+    assert cmp["cfg"].total_ms == [84.0, 84.0, 84.0]
+    row = cmp.rows()[1]
+    assert row["images_per_s"] == cmp.images_per_s("cfg") and row["report_ms"] == 51.0
+    assert row["throughput_overhead_pct"] == pytest.approx(110.0) and row["overhead_pct"] == pytest.approx(10.0)
+    assert row["total_ms"] == 3 * 84.0
+
+
+def test_result_compat_properties():
+    r = result("x", [[3.0, 1.0, 2.0], [10.0, 20.0]])
+    assert r.step_ms == [3.0, 1.0, 2.0, 10.0, 20.0]
+    assert r.round_medians_ms == [2.0, 15.0]
+    assert r.spread_ms == (2.0, 15.0)
+    assert r.median_ms == 3.0  # over every step, not over rounds
+    assert r.total_ms == [6.0, 30.0]
+
+
+@pytest.mark.parametrize("rounds,report_steps,message", [
+    ([[1.0, math.nan]], [], r"Result 'x': step 1 of round 0 is nan; step times must be finite positive"),
+    ([[1.0], [0.0]], [], "step 0 of round 1 is 0.0; step times must be finite positive milliseconds"),
+    ([[1.0], [-2.0]], [], "step 0 of round 1 is -2.0"),
+    ([[1.0, math.inf]], [], "step 1 of round 0 is inf"),
+    ([], [], "round_step_ms must be a non-empty list of rounds"),
+    ([[1.0], []], [], "round 1 of round_step_ms must be a non-empty list of step times"),
+    ([1.0, 2.0], [], "round 0 of round_step_ms must be a non-empty list of step times in ms, got 1.0"),
+    ([[1.0, 2.0]], [2], r"report_steps must be increasing step positions in 0..1, got \[2\]; report_positions"),
+    ([[1.0, 2.0]], [1, 0], "report_steps must be increasing step positions"),
+])
+def test_result_rejects_bad_input(rounds, report_steps, message):
+    with pytest.raises(ValueError, match=message):
+        Result("x", "", rounds, report_steps)
+
+
+def test_result_rejects_bad_syncs():
+    with pytest.raises(ValueError, match=r"syncs_per_step must be a number >= 0 or None \(not counted\), got -1"):
+        Result("x", "", [[1.0]], syncs_per_step=-1)
+    with pytest.raises(ValueError, match="report_syncs must be a number >= 0 or None"):
+        Result("x", "", [[1.0]], report_syncs=math.nan)
+
+
+def test_comparison_rejects_bad_input():
+    a, b = result("a", [[1.0], [2.0]]), result("b", [[1.0]])
+    with pytest.raises(ValueError, match=r"same number of rounds .* got \{'a': 2, 'b': 1\}"):
+        Comparison([a, b], "a", 1)
+    with pytest.raises(KeyError, match=r"baseline 'z' is not among the results \['a'\]"):
+        Comparison([a], "z", 1)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        Comparison([a], "a", 0)
+    with pytest.raises(ValueError, match="result names must be unique"):
+        Comparison([a, a], "a", 1)
+    with pytest.raises(TypeError, match="non-empty list of mentor.bench.Result"):
+        Comparison([], "a", 1)
+    cmp = Comparison([a, result("c", [[1.5], [2.5]])], "a", 1)
+    with pytest.raises(ValueError, match=r"unknown kind 'mean': pass one of \['median', 'throughput'\]"):
+        cmp.overhead("c", "mean")
+    with pytest.raises(ValueError, match=r"unknown kind 'mean': pass one of \['median', 'throughput'\]"):
+        cmp.verdict("c", "mean")
+    with pytest.raises(KeyError, match=r"no configuration 'zzz'; have \['a', 'c'\]"):
+        cmp.overhead("zzz")
+    with pytest.raises(KeyError, match=r"no configuration 'zzz'; have \['a', 'c'\]"):
+        cmp.images_per_s("zzz")
+    with pytest.raises(ValueError, match="level must be a number between 0 and 1"):
+        cmp.overhead("c", level=1.5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Table, JSON and plot
+
+
+def table_comparison():
+    long = "a configuration with a rather long name indeed"
+    return Comparison([
+        result("no metrics", BASE, note="n/a (CPU)"),
+        result("naive", scaled(BASE, [1.31, 1.33, 1.30, 1.32, 1.35]), report_steps=[3], syncs=3, report_syncs=5),
+        result(long, scaled(BASE, [1.0, 1.01, 0.99, 1.0, 0.98]), syncs=0.5, note=None),
+        result("not counted one", scaled(BASE, [0.93, 0.95, 0.92, 0.94, 0.93]), note="not counted"),
+    ], baseline="no metrics", batch_size=128, settings={"seed": 0})
+
+
+def test_table_layout_and_values():
+    cmp = table_comparison()
+    lines = cmp.table().splitlines()
+    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    assert len(lines) == 2 + 1 + 4 + 1  # two header lines, rule, one row per config, legend
+    assert lines[0].split() == ["config", "median", "overhead", "img/s", "overhead", "syncs", "syncs", "verdict"]
+    assert lines[1].split() == ["ms", "median", "total", "throughput", "/step", "/rep"]
+    assert set(lines[2]) == {"-"}
+    rows = dict(zip([r.name for r in cmp.results], lines[3:7]))
+    for r in cmp.results[1:]:
+        assert str(cmp.overhead(r.name)) in rows[r.name]
+        assert str(cmp.overhead(r.name, "throughput")) in rows[r.name]
+        assert f"{cmp.images_per_s(r.name):.0f}" in rows[r.name].split()
+    assert rows["no metrics"].startswith("no metrics ") and rows["no metrics"].endswith("baseline")
+    assert "n/a (CPU)" in rows["no metrics"]
+    assert rows["naive"].endswith("  3      5  slower")
+    assert rows["not counted one"].endswith("  not counted   faster")
+    long_row = rows[cmp.results[2].name]
+    shown = long_row.split("…")[0]  # truncated to fit 100 columns (and never beyond 22 characters)
+    assert cmp.results[2].name.startswith(shown) and 12 <= len(shown) + 1 <= 22
+    assert long_row.endswith("  0.5      -  unresolved")
+    assert lines[7] == "overhead in % vs the baseline [95 % bootstrap interval over 5 rounds]; img/s includes reports"
+
+
+def test_table_pinned():
+    cmp = comparison(result("base", [[10.0, 10.0], [20.0, 20.0]], note="n/a (CPU)"),
+                     result("cfg", [[11.0, 11.0], [22.0, 22.0]], syncs=2, report_syncs=1), batch_size=8)
+    assert cmp.table() == "\n".join([
+        "config  median  overhead              img/s  overhead              syncs  syncs  verdict",
+        "            ms  median                total  throughput            /step   /rep",
+        "-" * 89,
+        "base     15.00  +0.0 % [0.0, 0.0]       533  +0.0 % [0.0, 0.0]     n/a (CPU)     baseline",
+        "cfg      16.50  +10.0 % [10.0, 10.0]    485  +10.0 % [10.0, 10.0]      2      1  slower",
+        "overhead in % vs the baseline [95 % bootstrap interval over 2 rounds]; img/s includes reports",
+    ])  # 533 = 8 images x 4 steps / 60 ms; 485 = 32 / 66 ms
+
+
+def test_table_stays_within_100_columns_with_wide_values():
+    names = ["baseline with a long name", "x" * 60, "y" * 30]
+    cmp = comparison(result(names[0], BASE), result(names[1], scaled(BASE, [12.5, 0.3, 40.0, 1.0, 3.0]), syncs=12.25,
+                                                   report_syncs=100),
+                     result(names[2], scaled(BASE, [0.01, 0.5, 0.2, 0.02, 0.3]), note="not counted"))
+    lines = cmp.table().splitlines()
+    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    for name, line in zip(names[1:], lines[4:6]):
+        assert str(cmp.overhead(name)) in line and str(cmp.overhead(name, "throughput")) in line
+
+
+def test_table_with_one_round_shows_points_only():
+    cmp = comparison(result("base", [[10.0]]), result("cfg", [[10.7]]))
+    lines = cmp.table().splitlines()
+    assert "+7.0 %" in lines[4] and "[" not in lines[4] and lines[4].endswith("no interval")
+    assert lines[-1] == "overhead in % vs the baseline, one round: no interval; img/s includes reports"
+
+
+def test_rows_hold_numbers():
+    cmp = table_comparison()
+    naive = cmp.rows()[1]
+    iv, tp = cmp.overhead("naive"), cmp.overhead("naive", "throughput")
+    assert naive == {
+        "config": "naive", "description": "naive config", "median_ms": cmp["naive"].median_ms,
+        "ratio": cmp.ratio("naive"),
+        "overhead_pct": iv.point, "overhead_lo": iv.lo, "overhead_hi": iv.hi,
+        "throughput_overhead_pct": tp.point, "throughput_overhead_lo": tp.lo, "throughput_overhead_hi": tp.hi,
+        "images_per_s": cmp.images_per_s("naive"), "total_ms": math.fsum(cmp["naive"].total_ms),
+        "report_ms": cmp.report_ms("naive"), "syncs_per_step": 3, "report_syncs": 5, "syncs_note": None,
+        "verdict": "slower", "throughput_verdict": "slower",
+    }
+    assert naive["report_ms"] == float(np.median([steps[3] for steps in cmp["naive"].round_step_ms]))
+    assert 30.0 - 1e-9 <= iv.lo < iv.point < iv.hi <= 35.0 + 1e-9  # per-round factors 1.30 .. 1.35
+
+
+def test_facts_for_the_book():
+    cmp = table_comparison()
+    naive = cmp.facts("naive")
+    assert naive == {
+        "median_ms": cmp["naive"].median_ms, "images_per_s": cmp.images_per_s("naive"),
+        "overhead": str(cmp.overhead("naive")), "tput_overhead": str(cmp.overhead("naive", "throughput")),
+        "verdict": "slower", "tput_verdict": "slower", "report_ms": cmp.report_ms("naive"),
+        "syncs": 3, "report_syncs": 5, "syncs_note": "",
+    }
+    base = cmp.facts("no metrics")
+    assert base["overhead"] == "+0.0 % [0.0, 0.0]" and base["verdict"] == "baseline"
+    assert math.isnan(base["syncs"]) and math.isnan(base["report_syncs"]) and math.isnan(base["report_ms"])
+    assert base["syncs_note"] == "n/a (CPU)"
+    with pytest.raises(KeyError, match="no configuration 'zzz'"):
+        cmp.facts("zzz")
+
+
+def test_json_round_trip(tmp_path):
+    cmp = table_comparison()
+    cmp.settings.update(steps=4, warmup=1, rounds=5, orders=[["naive", "no metrics"]] * 5, seed=3)
+    path = cmp.save_json(tmp_path / "sub" / "cmp.json")
+    assert path == tmp_path / "sub" / "cmp.json"
+    data = json.loads(path.read_text())
+    assert data == cmp.to_dict()
+    assert data["settings"]["seed"] == 3 and data["settings"]["orders"] == [["naive", "no metrics"]] * 5
+    assert data["results"][1]["round_step_ms"] == cmp["naive"].round_step_ms
+    assert data["results"][1]["report_steps"] == [3]
+    assert data["results"][1]["step_ms"] == cmp["naive"].step_ms  # the compatible pooled view is saved too
+    loaded = Comparison.load_json(path)
+    assert loaded.to_dict() == cmp.to_dict()
+    for r in cmp.results:
+        for kind in ("median", "throughput"):
+            assert loaded.overhead(r.name, kind) == cmp.overhead(r.name, kind)
+    assert loaded.table() == cmp.table()
+
+
+def test_json_round_trip_of_a_cpu_run(setup, batches, tmp_path):
+    cmp = compare([Config("A"), metrics_config("optimized", 10, "cpu", name="B")], setup, batches, steps=2,
+                  warmup=0, rounds=2, report_every=2, progress=False)
+    loaded = Comparison.load_json(cmp.save_json(tmp_path / "cmp.json"))
+    assert loaded.overhead("B") == cmp.overhead("B")
+    assert loaded.overhead("B", "throughput") == cmp.overhead("B", "throughput")
+    assert loaded["B"].report_steps == [1] and loaded["B"].syncs_note == "n/a (CPU)"
+    assert set(loaded.environment) >= {"torch", "torchmetrics", "python"}
+
+
+def test_load_json_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="write one with Comparison.save_json"):
+        Comparison.load_json(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="is not JSON"):
+        Comparison.load_json(bad)
+    bad.write_text(json.dumps({"baseline": "a"}))
+    with pytest.raises(ValueError, match=r"lacks \['batch_size', 'results'\]"):
+        Comparison.load_json(bad)
+    old = {"baseline": "a", "batch_size": 2, "results": [{"name": "a", "description": "", "round_medians_ms": [1.0],
+                                                          "step_ms": [1.0], "syncs_per_step": None}]}
+    bad.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="has no round_step_ms; it was saved by an older mentor.bench"):
+        Comparison.load_json(bad)
+
+
+def test_plot(close_figures):
+    cmp = table_comparison()
+    ax = cmp.plot()
+    others = [r.name for r in cmp.results[1:]]
+    assert tuple(ax.figure.get_size_inches()) == pytest.approx((6.4, 1.2 + 0.45 * 3))
+    assert len(ax.patches) == 3  # one bar per non-baseline configuration
+    assert [p.get_width() for p in ax.patches] == pytest.approx([cmp.overhead(n).point for n in others])
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["naive", "a configuration with a …", "not counted one"]  # 24 characters
+    assert all(t.get_fontsize() >= 9 for t in ax.get_yticklabels() + ax.get_xticklabels() + ax.texts)
+    assert ax.xaxis.label.get_fontsize() >= 9 and ax.get_title() == ""
+    from matplotlib.container import ErrorbarContainer
+
+    (errorbar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    segments = errorbar.lines[2][0].get_segments()
+    assert len(segments) == 3
+    for seg, name in zip(segments, others):
+        iv = cmp.overhead(name)
+        assert (seg[0][0], seg[1][0]) == pytest.approx((iv.lo, iv.hi))
+    assert any(list(line.get_xdata()) == [0, 0] for line in ax.lines)  # the zero line
+    assert [t.get_text() for t in ax.texts] == ["3 syncs/step", "0.5 syncs/step"]  # only where counted
+    assert "median step time vs no metrics" in ax.get_xlabel()
+    ax2 = cmp.plot(kind="throughput")
+    assert [p.get_width() for p in ax2.patches] == pytest.approx(
+        [cmp.overhead(n, "throughput").point for n in others])
+    with pytest.raises(ValueError, match=r"unknown kind 'max': pass one of \['median', 'throughput'\]"):
+        cmp.plot(kind="max")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -326,15 +784,21 @@ def test_table_fits_long_names():
 def test_cli_smoke_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "mentor.bench", "--profile", "smoke", "--rounds", "1", "--steps", "1",
-         "--warmup", "0", "--json", str(out)],
+        [sys.executable, "-m", "mentor.bench", "--profile", "smoke", "--rounds", "2", "--steps", "1",
+         "--warmup", "0", "--seed", "3", "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert [r["config"] for r in data["rows"]] == ["no metrics", "naive", "optimized"]
-    assert data["settings"]["rounds"] == 1 and data["settings"]["steps"] == 1 and data["settings"]["warmup"] == 0
-    assert all(len(r["step_ms"]) == 1 for r in data["results"])
+    assert data["settings"]["rounds"] == 2 and data["settings"]["steps"] == 1 and data["settings"]["warmup"] == 0
+    assert data["settings"]["seed"] == 3
+    assert data["settings"]["orders"] == expected_orders(["no metrics", "naive", "optimized"], 2, 3)
+    assert all(len(r["round_step_ms"]) == 2 and len(r["round_step_ms"][0]) == 1 for r in data["results"])
+    loaded = Comparison.load_json(out)
+    table = loaded.table()
+    assert table in proc.stdout  # the printed table is the saved comparison's
+    assert all(len(line) <= 100 for line in table.splitlines())
     assert f"wrote {out}" in proc.stdout
     assert "profile smoke on cpu" in proc.stdout
 
@@ -355,10 +819,7 @@ def test_cli_rejects_unknown_profile(capsys):
 
 @pytest.mark.parametrize("flag", ["--steps", "--rounds"])
 def test_cli_rejects_zero(monkeypatch, flag):
-    called = {}
-
     def fake_compare(configs, setup, batches, **kwargs):
-        called.update(kwargs)
         raise AssertionError(f"compare was called with steps={kwargs['steps']}, rounds={kwargs['rounds']} "
                              f"for {flag} 0")
 
@@ -366,3 +827,32 @@ def test_cli_rejects_zero(monkeypatch, flag):
     monkeypatch.setattr(bench, "build_setup", lambda *a, **k: None)
     with pytest.raises((SystemExit, ValueError)):
         bench.main(["--profile", "smoke", flag, "0"])
+
+
+def test_cli_passes_the_seed(monkeypatch, capsys):
+    seen = {}
+
+    def fake_compare(configs, setup, batches, **kwargs):
+        seen.update(kwargs)
+        return comparison(result("base", [[1.0]]), result("x", [[2.0]]))
+
+    monkeypatch.setattr(bench, "compare", fake_compare)
+    monkeypatch.setattr(bench, "build_setup", lambda *a, **k: None)
+    assert bench.main(["--profile", "smoke", "--seed", "11"]) == 0
+    assert seen["seed"] == 11
+    assert "+100.0 %" in capsys.readouterr().out
+
+
+def test_overhead_against_another_configuration_is_paired_too():
+    # b is 1.10 x a and c is 1.21 x a in every round, with a drift of +-20 % across rounds
+    drift = [1.0, 1.2, 0.8, 1.1, 0.9]
+    a = [[10.0 * d, 10.0 * d] for d in drift]
+    results = [Result("a", "", a), Result("b", "", [[x * 1.1 for x in r] for r in a]),
+               Result("c", "", [[x * 1.21 for x in r] for r in a])]
+    cmp = Comparison(results, "a", 1, settings={"seed": 3})
+    iv = cmp.overhead("c", against="b")
+    assert (round(iv.point, 9), round(iv.lo, 9), round(iv.hi, 9)) == (10.0, 10.0, 10.0)
+    assert cmp.verdict("c", against="b") == "slower" and cmp.verdict("b", against="b") == "baseline"
+    assert cmp.verdict("b", against="c") == "faster"
+    with pytest.raises(KeyError, match="no configuration 'zz'"):
+        cmp.overhead("b", against="zz")

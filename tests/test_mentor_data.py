@@ -111,3 +111,78 @@ def test_device_batches_rejects_bad_sizes(field):
     kwargs[field] = 0
     with pytest.raises(ValueError, match=f"{field} must be a positive int, got 0"):
         device_batches(**kwargs)
+
+
+# --- host batches, the side-stream prefetcher and the loader's steady-state rate ---
+
+from mentor.data import DevicePrefetcher, copy_ms, host_batches, loader_ms_per_batch  # noqa: E402
+
+
+def test_host_batches_cycle_through_distinct_batches_in_host_memory():
+    stream = host_batches(3, image_size=4, num_classes=10, distinct=2)
+    first = [next(stream) for _ in range(2)]
+    again = next(stream)
+    assert torch.equal(again[0], first[0][0]) and torch.equal(again[1], first[0][1])
+    assert not torch.equal(first[0][0], first[1][0])
+    assert first[0][0].device.type == "cpu" and tuple(first[0][0].shape) == (3, 3, 4, 4)
+    assert not first[0][0].is_pinned()  # no CUDA here: pinning needs it
+
+
+def test_host_batches_equal_device_batches_for_the_same_seed():
+    # one generator, drawn in the same order: the host stream is the device stream before the copy
+    host, dev = host_batches(2, 4, 10, seed=5), device_batches(2, 4, 10, seed=5)
+    for _ in range(4):
+        (a, la), (b, lb) = next(host), next(dev)
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_prefetcher_on_cpu_passes_batches_through_in_order_and_ends():
+    source = [(torch.full((1,), float(i)), torch.tensor([i])) for i in range(3)]
+    out = list(DevicePrefetcher(source, "cpu"))
+    assert [int(y) for _, y in out] == [0, 1, 2]
+    assert [float(x) for x, _ in out] == [0.0, 1.0, 2.0]
+    assert [int(y) for _, y in DevicePrefetcher(source, "cpu")] == [0, 1, 2]  # re-iterable, like a DataLoader
+
+
+def test_prefetcher_rejects_bad_input():
+    with pytest.raises(TypeError, match="batches must be an iterable"):
+        DevicePrefetcher(3, "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="torch sees none"):
+            DevicePrefetcher([], "cuda")
+
+
+class ClockedLoader:
+    """Each batch advances a fake clock by the next of ``costs_ms``."""
+
+    def __init__(self, clock, costs_ms):
+        self.clock, self.costs_ms = clock, costs_ms
+
+    def __iter__(self):
+        for cost in self.costs_ms:
+            self.clock["now"] += cost / 1000.0
+            yield cost
+
+
+def test_loader_ms_per_batch_times_only_after_skip(monkeypatch):
+    clock = {"now": 100.0}
+    monkeypatch.setattr("time.perf_counter", lambda: clock["now"])
+    loader = ClockedLoader(clock, [0.5, 0.5, 40.0, 10.0, 30.0])  # the buffer is fast, the workers are not
+    assert loader_ms_per_batch(loader, batches=3, skip=2) == pytest.approx(80.0 / 3)
+    # bursts: the mean is the rate, where a median (0.5 ms) would call these workers fast
+    assert loader_ms_per_batch(ClockedLoader(clock, [0.5, 0.5, 41.0]), batches=3) == pytest.approx(14.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batches=0), "batches must be a positive int, got 0"),
+    (dict(batches=2, skip=-1), "skip must be an int >= 0, got -1"),
+])
+def test_loader_ms_per_batch_rejects_bad_counts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        loader_ms_per_batch([], **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_copy_ms_needs_cuda():
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        copy_ms(2, 4)

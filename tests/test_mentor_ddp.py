@@ -206,3 +206,65 @@ def test_single_rank_group_restores_the_environment(monkeypatch):
         assert os.environ["MASTER_ADDR"] == "127.0.0.1" and "MASTER_PORT" in os.environ
     assert os.environ["MASTER_ADDR"] == "unset-by-test"
     assert "MASTER_PORT" not in os.environ
+
+
+# --- where a host number can be averaged under DDP ---
+
+from mentor.ddp import compute_ms, placement_metric, placements_cost  # noqa: E402
+
+
+@pytest.mark.parametrize("backend, placement, expected", [
+    ("cpu:gloo,cuda:gloo", "default group", [1.5, 1.5]),
+    ("cuda:gloo", "gloo subgroup", [1.5, 1.5]),
+    ("cuda:gloo", "no sync", [1.0, 2.0]),
+])
+def test_placements_on_two_ranks(backend, placement, expected):
+    (row,) = placements_cost(backend, [placement], ranks=2, repeats=2)
+    assert row["values"] == expected and row["compute_ms"] > 0 and "error" not in row
+
+
+def test_cpu_metric_without_a_cpu_backend_reports_the_error():
+    (row,) = placements_cost("cuda:gloo", ["default group"], ranks=2, repeats=2)
+    assert row == {"backend": "cuda:gloo", "placement": "default group",
+                   "error": "No backend type associated with device type cpu"}
+
+
+def test_placements_one_rank_in_process():
+    rows = placements_cost("cuda:gloo", ["no sync", "gloo subgroup"], repeats=2)
+    assert [r["values"] for r in rows] == [[1.0], [1.0]]
+    assert not dist.is_initialized()
+
+
+def test_compute_ms_times_each_compute_after_an_update(monkeypatch):
+    ticks = iter(range(100))
+    monkeypatch.setattr("time.perf_counter", lambda: next(ticks) * 0.004)  # 4 ms between readings
+    metric = MeanMetric()
+    value, ms = compute_ms(metric, 3.0, repeats=3)
+    assert value == 3.0 and ms == pytest.approx(4.0)
+    assert int(metric.update_count) == 4  # one untimed and three timed reports, each after its own update
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: placement_metric("somewhere"), ValueError, "unknown placement 'somewhere'"),
+    (lambda: placement_metric("gloo subgroup"), ValueError, "needs group=torch.distributed.new_group"),
+    (lambda: placements_cost("gloo", ["nowhere"]), ValueError, r"unknown placement\(s\) \['nowhere'\]"),
+    (lambda: placements_cost("gloo", ["no sync"], ranks=0), ValueError, "ranks must be an int >= 1, got 0"),
+    (lambda: compute_ms(MeanMetric(), 1.0, repeats=0), ValueError, "repeats must be an int >= 1, got 0"),
+])
+def test_placement_helpers_reject_bad_input(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_launch_workers_can_use_dataloader_workers():
+    from mentor.ddp import loader_sum
+
+    results = launch(loader_sum, 2, 2, backend="gloo")
+    assert [r.value for r in results] == [6.0, 7.0], [r.error for r in results]
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, float("inf"), float("nan"), True, "10"])
+def test_launch_rejects_bad_timeouts(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        launch(rank_and_size, 1, backend="gloo", timeout=timeout)

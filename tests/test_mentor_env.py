@@ -8,7 +8,8 @@ import torch
 from mentor import env
 from mentor.env import PROFILE_VARIABLE, PROFILES, Profile, environment_report, get_profile, needs_cuda, pick_device
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only expectations (no CUDA device)")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="expects a machine without CUDA")
+on_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="expects a CUDA device")
 
 
 def test_profiles_listed():
@@ -22,11 +23,13 @@ def test_smoke_profile_runs_on_cpu():
     assert not p.is_cuda
 
 
+@no_cuda
 def test_default_without_cuda_and_without_variable_is_smoke(monkeypatch):
     monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
     assert get_profile().name == "smoke"
 
 
+@no_cuda
 def test_empty_variable_counts_as_unset(monkeypatch):
     monkeypatch.setenv(PROFILE_VARIABLE, "")
     assert get_profile().name == "smoke"
@@ -48,6 +51,7 @@ def test_variable_with_unknown_profile_is_rejected(monkeypatch):
         get_profile()
 
 
+@no_cuda
 def test_variable_full_without_cuda_is_rejected(monkeypatch):
     monkeypatch.setenv(PROFILE_VARIABLE, "full")
     with pytest.raises(RuntimeError, match=r"get_profile\('smoke'\)|MENTOR_PROFILE=smoke"):
@@ -59,6 +63,7 @@ def test_unknown_profile_name():
         get_profile("fast")
 
 
+@no_cuda
 def test_full_without_cuda_mentions_smoke():
     with pytest.raises(RuntimeError, match="smoke"):
         get_profile("full")
@@ -103,11 +108,13 @@ def test_needs_cuda_rejects_non_profile():
         needs_cuda("smoke", "x")  # type: ignore[arg-type]
 
 
+@no_cuda
 def test_pick_device():
     assert pick_device() == torch.device("cpu")
     assert pick_device("cpu") == torch.device("cpu")
 
 
+@no_cuda
 def test_pick_device_rejects_cuda_without_gpu():
     with pytest.raises(RuntimeError, match="pass 'cpu' or None"):
         pick_device("cuda")
@@ -122,6 +129,7 @@ EXPECTED_KEYS = {"date", "python", "platform", "torch", "torchvision", "torchmet
                  "gpu_count", "driver", "cpu_count", "executable"}
 
 
+@no_cuda
 def test_environment_report_keys_and_json():
     report = environment_report()
     assert set(report) == EXPECTED_KEYS
@@ -139,3 +147,20 @@ def test_profile_sizes_are_positive():
         sizes = env._SIZES[name]
         assert set(sizes) == {f for f in Profile.__dataclass_fields__ if f not in ("name", "device")}
         assert all(isinstance(v, int) and v > 0 for v in sizes.values()), name
+
+
+@on_cuda
+@pytest.mark.gpu
+def test_default_with_cuda_is_full_on_the_gpu(monkeypatch):
+    monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
+    p = get_profile()
+    assert (p.name, p.device.type, p.batch_size, p.image_size) == ("full", "cuda", 128, 224)
+    assert pick_device() == torch.device("cuda")
+
+
+@on_cuda
+@pytest.mark.gpu
+def test_environment_report_names_the_gpu():
+    report = environment_report()
+    assert report["gpu"] == torch.cuda.get_device_name() and report["gpu_count"] == torch.cuda.device_count()
+    assert report["driver"]

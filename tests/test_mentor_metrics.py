@@ -161,6 +161,52 @@ def test_suppressed_class_identity():
     assert issubclass(cls, SumMetric)
     assert cls.__name__ == "NoNanCheckSumMetric"
     assert cls.__module__ == "mentor.metrics"
+    assert suppress_nan_check(SumMetric) is cls
+    assert isinstance(suppress_nan_check(SumMetric)(), cls)
+    import mentor.metrics
+
+    assert mentor.metrics.NoNanCheckSumMetric is cls
+
+
+@pytest.mark.parametrize("factory, base, kwargs, update", [
+    ("suppress_nan_check", MeanMetric, {}, lambda m: m.update(torch.tensor([1.0, 3.0]))),
+    ("scatter_stat_scores", MulticlassPrecision, dict(num_classes=3),
+     lambda m: m.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2]))),
+])
+def test_made_classes_pickle_and_save(tmp_path, factory, base, kwargs, update):
+    import pickle
+    import subprocess
+    import sys
+
+    import mentor.metrics
+
+    metric = getattr(mentor.metrics, factory)(base)(**kwargs)
+    update(metric)
+    expected = float(metric.compute())
+    copy = pickle.loads(pickle.dumps(metric))
+    assert type(copy) is type(metric) and float(copy.compute()) == expected
+    torch.save(metric, tmp_path / "m.pt")
+    assert float(torch.load(tmp_path / "m.pt", weights_only=False).compute()) == expected
+    # a fresh process finds the class by name before any factory ran
+    code = ("import torch; m = torch.load(%r, weights_only=False); print(type(m).__qualname__, float(m.compute()))"
+            % str(tmp_path / "m.pt"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [type(metric).__qualname__, repr(expected)]
+
+
+def test_unknown_names_are_not_made_up():
+    import mentor.metrics
+
+    with pytest.raises(AttributeError, match="has no attribute 'NoNanCheckNothing'"):
+        mentor.metrics.NoNanCheckNothing  # noqa: B018
+
+
+@pytest.mark.parametrize("args, kwargs", [((), dict(nan_strategy="error")), (("ignore",), {}),
+                                          ((), dict(nan_strategy="disable"))])
+def test_suppressed_class_refuses_a_nan_strategy(args, kwargs):
+    with pytest.raises(TypeError, match="NoNanCheckMeanMetric skips the NaN check, so a nan_strategy has no effect"):
+        suppress_nan_check(MeanMetric)(*args, **kwargs)
+    assert suppress_nan_check(MeanMetric)(sync_on_compute=False).sync_on_compute is False
 
 
 @pytest.mark.parametrize("bad", [int, Accuracy, MulticlassPrecision, MeanMetric(), "MeanMetric", None])
@@ -239,7 +285,43 @@ def test_scatter_equals_torchmetrics(cls, average, data):
     assert_close(fast.compute(), plain.compute(), equal_nan=True)
 
 
-@pytest.mark.parametrize("kwargs", [dict(ignore_index=0), dict(top_k=2), dict(multidim_average="samplewise")])
+@pytest.mark.parametrize("average", AVERAGES)
+@pytest.mark.parametrize("cls", STAT_CLASSES, ids=lambda c: c.__name__)
+@settings(max_examples=15, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data())
+def test_scatter_equals_torchmetrics_with_ignore_index(cls, average, data):
+    num_classes = data.draw(st.integers(2, 30), label="num_classes")
+    ignore_index = data.draw(st.sampled_from([-100, 0, num_classes - 1, 255]), label="ignore_index")
+    plain = cls(num_classes=num_classes, average=average, ignore_index=ignore_index)
+    fast = scatter_stat_scores(cls)(num_classes=num_classes, average=average, ignore_index=ignore_index)
+    for _ in range(data.draw(st.integers(1, 3), label="updates")):
+        preds, target = data.draw(classification_batch(num_classes, data.draw(st.booleans()), 0))
+        ignored = torch.tensor(data.draw(hnp.arrays(np.bool_, target.shape)))
+        target = torch.where(ignored, torch.full_like(target, ignore_index), target)
+        plain.update(preds, target)
+        fast.update(preds, target)
+    assert_close(fast.compute(), plain.compute(), equal_nan=True)
+
+
+@pytest.mark.parametrize("average", AVERAGES)
+def test_scatter_counts_bad_labels_and_raises_at_compute(average):
+    fast = scatter_stat_scores(MulticlassRecall)(num_classes=3, average=average, validate_args=False)
+    fast.update(torch.tensor([0, 1, 2, 2, 1]), torch.tensor([0, 1, 3, -1, 1]))  # two targets out of range
+    fast.update(torch.tensor([7, 0]), torch.tensor([0, 0]))  # one prediction out of range
+    assert int(fast.invalid_labels) == 3
+    with pytest.raises(ValueError, match=r"^3 prediction\(s\) or target\(s\) outside 0..2 reached "
+                                         r"ScatterMulticlassRecall since its last reset"):
+        fast.compute()
+    # the valid positions were counted as torchmetrics counts them
+    plain = MulticlassRecall(num_classes=3, average=average)
+    plain.update(torch.tensor([0, 1, 1, 0]), torch.tensor([0, 1, 1, 0]))
+    fast.invalid_labels.zero_()
+    assert_close(fast.compute(), plain.compute(), equal_nan=True)
+    fast.reset()
+    assert int(fast.invalid_labels) == 0
+
+
+@pytest.mark.parametrize("kwargs", [dict(top_k=2), dict(multidim_average="samplewise")])
 def test_scatter_falls_back_for_other_settings(kwargs):
     g = torch.Generator().manual_seed(0)
     plain = MulticlassPrecision(num_classes=5, **kwargs)
@@ -421,23 +503,42 @@ def test_metric_set_rejects_bad_input():
 # host_scalar
 
 
-@pytest.mark.parametrize("value", [0.25, 3, -1.5, np.float64(0.5)])
-def test_host_scalar_numbers(value):
+@pytest.mark.parametrize("value, dtype", [
+    (0.25, torch.float32), (3, torch.float32), (-1.5, torch.float32), (np.float16(0.5), torch.float32),
+    (np.float32(0.1), torch.float32), (np.int8(-3), torch.float32), (np.float64(0.1), torch.float64),
+    (np.longdouble(0.1), torch.float64),
+])
+def test_host_scalar_numbers(value, dtype):
     t = host_scalar(value)
-    assert t.shape == () and t.dtype == torch.float32 and t.device.type == "cpu"
-    assert float(t) == float(np.float32(value))
+    assert t.shape == () and t.dtype == dtype and t.device.type == "cpu"
+    assert float(t) == float(torch.tensor(float(value), dtype=dtype))
 
 
-def test_host_scalar_tensor():
+def test_host_scalar_keeps_float64():
+    assert host_scalar(0.1, dtype=torch.float64).item() == 0.1  # exact: no round trip through float32
+    assert host_scalar(0.1).item() == float(np.float32(0.1))
     src = torch.tensor([2.0], dtype=torch.float64, requires_grad=True)
     t = host_scalar(src)
-    assert t.shape == () and t.dtype == torch.float32 and not t.requires_grad and float(t) == 2.0
+    assert t.shape == () and t.dtype == torch.float64 and not t.requires_grad and float(t) == 2.0
+    assert host_scalar(torch.tensor(0.5, dtype=torch.float16)).dtype == torch.float32
+    assert host_scalar(torch.tensor(0.1, dtype=torch.float64), dtype=torch.float32).dtype == torch.float32
 
 
-@pytest.mark.parametrize("bad", ["a", None, True, [1.0]])
+@pytest.mark.parametrize("bad", ["a", None, True, np.bool_(True), [1.0]])
 def test_host_scalar_rejects_non_numbers(bad):
-    with pytest.raises(TypeError, match=f"host_scalar takes a Python number, not {type(bad).__name__}"):
+    with pytest.raises(TypeError, match=f"host_scalar takes a Python or numpy number, not {type(bad).__name__}"):
         host_scalar(bad)
+
+
+def test_host_scalar_refuses_device_tensors():
+    # a tensor on another device would have to be read back (on CUDA: a sync); "meta" stands in here
+    with pytest.raises(ValueError, match=r"this tensor is on meta: copying it to the host would wait"):
+        host_scalar(torch.empty((), device="meta"))
+
+
+def test_host_scalar_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="dtype must be torch.float32, torch.float64 or None, got torch.int64"):
+        host_scalar(1.0, dtype=torch.int64)
 
 
 def test_host_scalar_rejects_several_numbers():
@@ -525,3 +626,26 @@ def test_plot_scalars_rejects_empty(close_figures):
 
     with pytest.raises(ValueError, match="no scalars to plot: log some with log_to_tensorboard first"):
         plot_scalars({})
+
+
+def test_read_tensorboard_refuses_garbage_and_empty_event_files(tmp_path):
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "events.out.tfevents.1.host").write_bytes(b"\x00not an event file" * 10)
+    with pytest.raises(ValueError, match=r"under '.*garbage'.*pass a logdir written by|hold no scalars"):
+        read_tensorboard(garbage)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "events.out.tfevents.2.host").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"under '.*empty' hold no scalars \(1 file\(s\) read\)"):
+        read_tensorboard(empty)
+
+
+def test_plot_scalars_needs_one_axes_per_tag(close_figures):
+    import mentor.metrics as metrics_module
+
+    import matplotlib.pyplot as plt
+
+    _, axes = plt.subplots(1, 1, squeeze=False)
+    with pytest.raises(ValueError, match=r"plot_scalars got 1 axes for 2 tags \['a', 'b'\]"):
+        metrics_module.plot_scalars({"a": [(1, 1.0)], "b": [(1, 2.0)]}, axes=axes)

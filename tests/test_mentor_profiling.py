@@ -1,24 +1,38 @@
 """CPU tests of mentor.profiling: profiler sessions, step_syncs on the H200 traces, sync reports, ranged_mean_metric."""
 
+import functools
+import sys
+import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from torch.testing import assert_close
 from torchmetrics import MeanMetric
 
+import mentor.profiling as profiling
 from mentor.data import device_batches
+from mentor.ddp import single_rank_group
 from mentor.profiling import (
+    COLLECTIVES,
+    DEBUG_MODE,
+    PAGEABLE_COPY,
     StepSyncs,
+    SyncError,
     SyncReport,
     SyncSite,
+    _copy_waits,
+    _intercept,
+    _targets,
     audit,
     count_syncs,
+    is_pageable_d2h_copy,
     profiling_session,
     ranged_mean_metric,
     record_steps,
@@ -26,7 +40,7 @@ from mentor.profiling import (
     step_syncs,
     sync_guard,
 )
-from mentor.trace import Event, Trace, load_trace, step_windows
+from mentor.trace import DEFAULT_WAIT_THRESHOLD_US, Event, Trace, load_trace, step_windows
 from mentor.train import build_setup
 
 # slow CPUs and the NumPy/Tensor strategies: judge the examples, not the time it takes to draw them
@@ -139,6 +153,46 @@ def test_step_syncs_attributes_to_innermost_range_and_op():
     assert first.ops == ("aten::_local_scalar_dense", "(none)", "(none)")
     assert first.by_range() == {"inner": 1, "outer": 1, "(none)": 1}
     assert isinstance(first, StepSyncs)
+    assert first.waits == () and second.waits == ()
+
+
+def test_step_syncs_without_step_windows_raises():
+    t = Trace([Event("cudaStreamSynchronize", "cuda_runtime", 1, 1, 1, 1)], path="x.json")
+    with pytest.raises(ValueError, match=r"the trace 'x.json' has no ProfilerStep windows.*call prof.step\(\)"):
+        step_syncs(t)
+
+
+def test_step_syncs_lists_probable_waits():
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 1000, 1, 1),
+        Event("cudaMemcpyAsync", "cuda_runtime", 10, 400, 1, 1),        # a long copy: probable wait
+        Event("cudaLaunchKernel", "cuda_runtime", 420, 5, 1, 1),
+        Event("cudaMemcpyAsync", "cuda_runtime", 500, 300, 1, 1),       # followed by a counted sync: left out
+        Event("cudaStreamSynchronize", "cuda_runtime", 801, 2, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 900, 100, 1, 2),      # exactly the threshold: not longer
+        Event("cuMemcpyDtoH_v2", "cuda_driver", 950, 500, 1, 3),        # a sync call: counted, not a wait
+    ])
+    (step,) = step_syncs(t)
+    assert [(c.name, c.start) for c in step.calls] == [("cudaStreamSynchronize", 801), ("cuMemcpyDtoH_v2", 950)]
+    assert [(w.name, w.start) for w in step.waits] == [("cudaMemcpyAsync", 10)]
+    assert step.count == 2  # waits are not counted
+    assert [(w.name, w.start) for w in step_syncs(t, wait_threshold_us=99.0)[0].waits] == [
+        ("cudaMemcpyAsync", 10), ("cudaLaunchKernel", 900)]
+    assert DEFAULT_WAIT_THRESHOLD_US == 100.0
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, True, "50"])
+def test_step_syncs_rejects_bad_wait_threshold(bad):
+    t = Trace([Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1)])
+    with pytest.raises(ValueError, match=r"wait_threshold_us must be a positive number of microseconds"):
+        step_syncs(t, wait_threshold_us=bad)
+
+
+@pytest.mark.parametrize("name", ["naive", "no_metrics", "ranged_mean"])
+def test_step_syncs_h200_traces_have_no_probable_waits(name):
+    # computed from the committed traces: the longest runtime call in any step that is not a sync is a
+    # 87 us cudaLaunchKernel (ranged_mean), below the 100 us default
+    assert [s.waits for s in step_syncs(DATA / f"{name}.json.gz")] == [(), (), ()]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -235,6 +289,269 @@ def test_audit_needs_cuda():
     assert calls == []
 
 
+def test_sync_site_kind_defaults_to_debug_mode_and_shows_in_the_table():
+    assert _site().kind == DEBUG_MODE == "debug mode"
+    extra = SyncSite(USER, 7, "main", ((USER, 7, "main"),), "torch.cuda.synchronize")
+    report = SyncReport([_site(), extra])
+    assert report.table().splitlines() == [
+        f"  1x  torchmetrics/aggregation.py:93  in _cast_and_nan_check_input()  <- {USER}:10",
+        f"  1x  {USER}:7  in main()  <- {USER}:7  [torch.cuda.synchronize]",
+    ]
+    assert report.by_kind() == {"debug mode": 1, "torch.cuda.synchronize": 1}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The interceptor behind sync_guard: wrapped Python-level calls, checked on CPU (gloo, fakes)
+
+
+def _here() -> int:
+    """The line number of the caller's current line."""
+    return sys._getframe(1).f_lineno
+
+
+def _attributes():
+    """Every attribute the interceptor replaces, with its current value (``None`` when it is inherited)."""
+    return {(id(owner), name): vars(owner).get(name) for owner, name, _ in _targets()} | {
+        (id(torch.Tensor), "copy_"): vars(torch.Tensor).get("copy_")}
+
+
+@pytest.fixture
+def originals():
+    before = _attributes()
+    named = (torch.cuda.synchronize, torch.cuda.empty_cache, torch.cuda.Event.synchronize,
+             torch.cuda.Stream.synchronize, dist.all_reduce, dist.barrier, dist.distributed_c10d.all_gather,
+             torch.Tensor.copy_)
+    yield before, named
+    after = (torch.cuda.synchronize, torch.cuda.empty_cache, torch.cuda.Event.synchronize,
+             torch.cuda.Stream.synchronize, dist.all_reduce, dist.barrier, dist.distributed_c10d.all_gather,
+             torch.Tensor.copy_)
+    assert all(a is b for a, b in zip(after, named))
+    assert _attributes() == before
+
+
+def test_targets_cover_the_documented_calls():
+    kinds = {kind for _, _, kind in _targets()}
+    assert {"torch.cuda.synchronize", "Event.synchronize", "Stream.synchronize", "empty_cache"} <= kinds
+    assert {f"collective: {name}" for name in COLLECTIVES} <= kinds
+    assert {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+            "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter",
+            "all_to_all", "all_to_all_single", "barrier", "monitored_barrier"} <= set(COLLECTIVES)
+    # both the public module and distributed_c10d (whose functions call each other by global name)
+    assert {(owner.__name__, name) for owner, name, kind in _targets() if kind == "collective: all_gather"} == {
+        ("torch.distributed", "all_gather"), ("torch.distributed.distributed_c10d", "all_gather")}
+
+
+def test_interceptor_records_gloo_collectives_with_kind_and_line(originals):
+    report = SyncReport()
+    with single_rank_group("gloo"):
+        t = torch.tensor([1.0, 2.0])
+        out = [torch.zeros(2)]
+        with _intercept(report):
+            dist.all_reduce(t); line_reduce = _here()  # noqa: E702 - the call and its line number together
+            dist.barrier(); line_barrier = _here()  # noqa: E702
+            dist.all_gather(out, t); line_gather = _here()  # noqa: E702
+            dist.all_gather_object([None], {"a": 1}); line_object = _here()  # noqa: E702
+    assert [s.kind for s in report.sites] == ["collective: all_reduce", "collective: barrier",
+                                              "collective: all_gather", "collective: all_gather_object"]
+    assert [s.line for s in report.sites] == [line_reduce, line_barrier, line_gather, line_object]
+    assert all(s.file == __file__ for s in report.sites)
+    assert all(s.function == "test_interceptor_records_gloo_collectives_with_kind_and_line" for s in report.sites)
+    assert report.sites[0].where == f"tests/test_mentor_profiling.py:{line_reduce}"
+    assert report.sites[0].caller == report.sites[0].where
+    assert report.sites[0].code.startswith("dist.all_reduce(t)")
+    # the originals ran: the gather filled its output
+    assert torch.equal(out[0], torch.tensor([1.0, 2.0]))
+    # all_gather_object calls all_gather inside: counted once, as the outer call
+    assert report.by_kind()["collective: all_gather"] == 1
+
+
+def test_interceptor_strict_raises_before_the_collective(originals, monkeypatch):
+    report = SyncReport()
+    with single_rank_group("gloo"):
+        t = torch.tensor([1.0, 2.0])
+        out = [torch.zeros(2)]
+        with pytest.raises(SyncError) as raised:
+            with _intercept(report, strict=True):
+                line = _here() + 1
+                dist.all_gather(out, t)
+        assert torch.equal(out[0], torch.zeros(2))  # not gathered: the original was not called
+        assert str(raised.value).startswith(f"collective: all_gather at tests/test_mentor_profiling.py:{line} ")
+        calls = []
+        monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: calls.append(a))
+        with pytest.raises(SyncError, match=r"collective: all_reduce at tests/test_mentor_profiling.py:\d+ "):
+            with _intercept(SyncReport(), strict=True):
+                dist.all_reduce(t)
+        assert calls == []
+    assert [s.kind for s in report.sites] == ["collective: all_gather"]  # recorded, then raised
+
+
+def test_interceptor_restores_after_an_exception(originals):
+    report = SyncReport()
+    with pytest.raises(ZeroDivisionError):
+        with _intercept(report):
+            assert torch.cuda.synchronize is not originals[1][0]
+            assert "copy_" in vars(torch.Tensor)
+            1 / 0
+    assert "copy_" not in vars(torch.Tensor) and torch.Tensor.copy_ is torch._C.TensorBase.copy_
+    assert torch.cuda.synchronize is originals[1][0] and dist.all_reduce is originals[1][4]
+
+
+def test_interceptor_restores_after_a_sync_error(originals, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    fake = torch.cuda.synchronize
+    with pytest.raises(SyncError, match="torch.cuda.synchronize at tests/test_mentor_profiling.py"):
+        with _intercept(SyncReport(), strict=True):
+            torch.cuda.synchronize()
+    assert torch.cuda.synchronize is fake
+
+
+def test_interceptor_wraps_fakes_of_the_cuda_calls(originals, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", lambda self: calls.append("stream"))
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "synchronize", lambda device=None: calls.append("accelerator"))
+    report = SyncReport()
+    event = torch.cuda.Event()  # never recorded: its real synchronize() returns at once, also without CUDA
+    with _intercept(report):
+        torch.cuda.synchronize(); first = _here()  # noqa: E702
+        torch.cuda.empty_cache()
+        torch.cuda.Stream.synchronize(object())
+        event.synchronize(); last = _here()  # noqa: E702
+        if hasattr(torch, "accelerator"):
+            torch.accelerator.synchronize()
+    expected = ["torch.cuda.synchronize", "empty_cache", "Stream.synchronize", "Event.synchronize"]
+    expected += ["torch.accelerator.synchronize"] if hasattr(torch, "accelerator") else []
+    assert [s.kind for s in report.sites] == expected
+    assert calls == ["sync", "empty", "stream"] + (["accelerator"] if hasattr(torch, "accelerator") else [])
+    assert (report.sites[0].line, report.sites[3].line) == (first, last)
+    assert report.table().splitlines()[0].endswith("  [torch.cuda.synchronize]")
+
+
+def test_interceptor_counts_a_wrapped_call_inside_another_once(originals, monkeypatch):
+    # a fake synchronize that empties the cache, looked up at call time: one site, the outer call
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: torch.cuda.empty_cache())
+    report = SyncReport()
+    with _intercept(report):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    assert [s.kind for s in report.sites] == ["torch.cuda.synchronize", "empty_cache"]
+
+
+def test_interceptor_nested_inner_records_and_restores_the_outer(originals, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    fake = torch.cuda.synchronize
+    outer, inner = SyncReport(), SyncReport()
+    with _intercept(outer):
+        outer_state = _attributes()
+        outer_sync = torch.cuda.synchronize
+        torch.cuda.synchronize()
+        with _intercept(inner, strict=True):
+            with pytest.raises(SyncError):
+                torch.cuda.synchronize()
+        assert _attributes() == outer_state and torch.cuda.synchronize is outer_sync
+        torch.cuda.synchronize()
+    assert torch.cuda.synchronize is fake
+    assert (outer.count, inner.count) == (2, 1)  # the inner guard's call is in its own report only
+
+
+def test_interceptor_records_calls_from_other_threads(originals, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    report = SyncReport()
+
+    def worker():
+        torch.cuda.synchronize()
+
+    with _intercept(report):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert [(s.kind, s.function) for s in report.sites] == [("torch.cuda.synchronize", "worker")]
+
+
+def test_interceptor_copy_passes_through_on_cpu(originals):
+    report = SyncReport()
+    dst = torch.zeros(3)
+    with _intercept(report):
+        dst.copy_(torch.ones(3), non_blocking=True)
+        torch.Tensor.copy_(dst, torch.full((3,), 2.0), True)
+    assert report.count == 0 and torch.equal(dst, torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_interceptor_reports_a_pageable_copy(originals, monkeypatch, strict):
+    # the decision needs a CUDA source; on CPU the test makes every copy count to check the wrapper
+    seen = []
+    monkeypatch.setattr(profiling, "_copy_waits", lambda dst, src, nb: seen.append(nb) or True)
+    report = SyncReport()
+    dst = torch.zeros(2)
+    if strict:
+        with pytest.raises(SyncError, match=rf"pageable non_blocking copy at tests/test_mentor_profiling.py:\d+ "):
+            with _intercept(report, strict=True):
+                dst.copy_(torch.ones(2), non_blocking=True)
+        assert torch.equal(dst, torch.zeros(2))  # not copied
+    else:
+        with _intercept(report):
+            dst.copy_(torch.ones(2), non_blocking=True); line = _here()  # noqa: E702
+        assert torch.equal(dst, torch.ones(2)) and report.sites[0].line == line
+    assert [s.kind for s in report.sites] == [PAGEABLE_COPY] and seen == [True]
+
+
+def test_debug_mode_warning_under_the_copy_wrapper_points_at_the_caller(originals):
+    # a warning raised inside copy_ is attributed by Python to the innermost Python frame, the wrapper;
+    # the guard's handler moves it to the caller. A CPU copy_ that warns stands in for a blocking D2H copy.
+    report = SyncReport()
+    dst = torch.zeros(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = functools.partial(profiling._record_warning, report)  # no frame of its own
+        with _intercept(SyncReport()):
+            dst.copy_(torch.ones(2, dtype=torch.complex64)); line = _here()  # noqa: E702 - warns: complex to real
+    assert [(s.file, s.line, s.function, s.kind) for s in report.sites] == [
+        (__file__, line, "test_debug_mode_warning_under_the_copy_wrapper_points_at_the_caller", DEBUG_MODE)]
+    assert report.sites[0].stack[-1] == (__file__, line, "test_debug_mode_warning_under_the_copy_wrapper_points_at_the_caller")
+
+
+SRC = ["cuda", "cpu"]
+DST = ["cuda", "cpu"]
+
+
+@pytest.mark.parametrize("src", SRC)
+@pytest.mark.parametrize("dst", DST)
+@pytest.mark.parametrize("pinned", [False, True])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_pageable_copy_decision_table(src, dst, pinned, non_blocking):
+    expected = (src, dst, pinned, non_blocking) == ("cuda", "cpu", False, True)  # the only waiting combination
+    assert is_pageable_d2h_copy(src, dst, pinned, non_blocking) is expected
+    assert is_pageable_d2h_copy(torch.device(src), torch.device(dst), pinned, non_blocking) is expected
+
+
+def test_pageable_copy_decision_with_indexed_devices():
+    assert is_pageable_d2h_copy("cuda:1", "cpu", False, True) is True
+    assert is_pageable_d2h_copy("cuda:1", "cuda:0", False, True) is False
+    assert is_pageable_d2h_copy("meta", "cpu", False, True) is False
+
+
+@pytest.mark.parametrize("args,error,message", [
+    (("cuda", "cpu", 0, True), TypeError, "dst_pinned must be True or False, not 0"),
+    (("cuda", "cpu", False, None), TypeError, "non_blocking must be True or False, not None"),
+    (("gpu", "cpu", False, True), ValueError, "src_device must be a device such as 'cuda:0'"),
+    (("cuda", 3.5, False, True), ValueError, "dst_device must be a device such as 'cuda:0'"),
+])
+def test_pageable_copy_decision_rejects_bad_input(args, error, message):
+    with pytest.raises(error, match=message):
+        is_pageable_d2h_copy(*args)
+
+
+def test_copy_waits_on_cpu_tensors_is_false():
+    a, b = torch.zeros(2), torch.ones(2)
+    assert _copy_waits(a, b, True) is False  # CPU source
+    assert _copy_waits(a, b, False) is False
+    assert _copy_waits(a, 1.0, True) is False  # not a tensor: left to copy_ to reject
+
+
 # ----------------------------------------------------------------------------------------------------------
 # ranged_mean_metric equals MeanMetric: values, weights, NaN policies
 
@@ -320,3 +637,13 @@ def test_ranged_mean_ranges_in_a_cpu_trace(tmp_path):
     assert {"mean: value to tensor", "mean: weight to tensor", "mean: broadcast weight", "nan check: isnan",
             "nan check: any()", "nan check: cast", "mean: accumulate"} <= names
     assert "nan check: apply policy" not in names  # no NaN in this update
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_debug_mode_count_needs_cuda_and_a_callable():
+    from mentor.profiling import debug_mode_count
+
+    with pytest.raises(TypeError, match="debug_mode_count takes a callable, not int"):
+        debug_mode_count(3)
+    with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
+        debug_mode_count(lambda: None)

@@ -20,10 +20,12 @@ from mentor.trace import (
     Trace,
     gpu_busy_intervals,
     gpu_idle_fraction,
+    gpu_step_spans,
     load_trace,
     plot_timeline,
     step_windows,
     sync_events,
+    wait_events,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -71,6 +73,24 @@ def test_load_keeps_complete_events_sorted(tmp_path):
     # sorted by start, and at equal start the longer (enclosing) event first
     assert [(e.name, e.start, e.dur) for e in t.events] == [("a", 1.0, 10.0), ("inner", 1.0, 2.0), ("b", 5.0, 1.0)]
     assert t.events[0].end == 11.0
+
+
+def test_load_reads_the_correlation_id(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 1, "dur": 1, "args": {"correlation": 7}},
+        {"ph": "X", "name": "k", "cat": "kernel", "ts": 3, "dur": 1, "args": {"correlation": 7.0}},
+        {"ph": "X", "name": "no args", "cat": "cpu_op", "ts": 4, "dur": 1},
+        {"ph": "X", "name": "odd", "cat": "cpu_op", "ts": 5, "dur": 1, "args": {"correlation": True}},
+        {"ph": "X", "name": "text", "cat": "cpu_op", "ts": 6, "dur": 1, "args": {"correlation": "7"}},
+    ]}))
+    assert [e.correlation for e in load_trace(path).events] == [7, 7, None, None, None]
+
+
+def test_event_constructor_stays_positional():
+    e = Event("k", "kernel", 1.0, 2.0, 0, 7)
+    assert e.correlation is None and e == Event("k", "kernel", 1.0, 2.0, 0, 7, None)
+    assert Event("k", "kernel", 1.0, 2.0, 0, 7, 5).correlation == 5
 
 
 def test_load_accepts_a_bare_event_list(tmp_path):
@@ -153,20 +173,122 @@ def test_gpu_busy_intervals_merge_and_clip():
     assert set(GPU_CATEGORIES) == {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
-def test_gpu_idle_fraction_hand_made():
+def _launch(t, corr, tid=1):
+    return Event("cudaLaunchKernel", "cuda_runtime", t, 1, 1, tid, corr)
+
+
+def test_sync_calls_include_the_driver_api_and_cuda_free():
+    assert {"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyDtoH_v2",
+            "cuMemcpy", "cudaFree"} <= set(SYNC_CALLS)
+    assert not {"cudaMemcpyAsync", "cudaLaunchKernel", "cudaFreeAsync", "cuMemcpyDtoHAsync_v2"} & set(SYNC_CALLS)
+
+
+def test_wait_events_threshold_window_and_follower():
     t = Trace([
-        Event("ProfilerStep#1", "user_annotation", 0, 20, 1, 1),
-        Event("ProfilerStep#2", "user_annotation", 20, 10, 1, 1),
-        Event("ProfilerStep#3", "user_annotation", 30, 0, 1, 1),
-        Event("k2", "kernel", 2, 4, 0, 7),
-        Event("k3", "kernel", 4, 4, 0, 8),
-        Event("k4", "kernel", 18, 4, 0, 7),         # 2 us in each of the first two steps
+        Event("cudaMemcpyAsync", "cuda_runtime", 0, 200, 1, 1),         # long, next call not a sync: a wait
+        Event("cudaMemcpyAsync", "cuda_runtime", 300, 200, 1, 1),       # long, but next on its thread is a sync
+        Event("cudaLaunchKernel", "cuda_runtime", 350, 500, 1, 2),      # long launch on another thread: a wait
+        Event("cudaStreamSynchronize", "cuda_runtime", 501, 900, 1, 1),  # a sync call: never a wait
+        Event("cuModuleLoadData", "cuda_driver", 2000, 50, 1, 1),       # short
+        Event("aten::copy_", "cpu_op", 3000, 900, 1, 1),                # not a runtime call
     ])
-    # step 1: busy [2, 8) and [18, 20) = 8 of 20; step 2: [20, 22) = 2 of 10; step 3: empty window
-    assert gpu_idle_fraction(t) == pytest.approx([1 - 8 / 20, 1 - 2 / 10, 0.0])
+    assert [e.start for e in wait_events(t)] == [0, 350]
+    assert [e.start for e in wait_events(t, threshold_us=40)] == [0, 350, 2000]
+    assert [e.start for e in wait_events(t, Event("ProfilerStep#1", "user_annotation", 100, 1000, 1, 1))] == [350]
+    with pytest.raises(ValueError, match="wait_threshold_us must be a positive number"):
+        wait_events(t, threshold_us=-1)
 
 
-@pytest.mark.parametrize("fn", [step_windows, sync_events, gpu_idle_fraction, plot_timeline])
+def test_gpu_step_spans_and_idle_fraction_by_correlation():
+    # host window [0, 10) launches at 2 and 8; the GPU runs them at [20, 25) and [27, 30): after the window
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        _launch(2, 1), _launch(8, 2),
+        Event("k1", "kernel", 20, 5, 0, 7, 1),
+        Event("k2", "kernel", 27, 3, 0, 7, 2),
+    ])
+    assert gpu_step_spans(t) == [(20, 30)]
+    assert gpu_idle_fraction(t) == [0.2]  # 2 us idle of a 10 us span; the host window [0, 10) saw no GPU work
+
+
+def test_gpu_step_spans_use_the_launch_time_on_any_thread():
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        Event("ProfilerStep#2", "user_annotation", 10, 10, 1, 1),
+        _launch(1, 1),
+        Event("cuLaunchKernel", "cuda_driver", 9, 1, 1, 2, 2),   # backward thread, driver API, step 1
+        _launch(12, 3),
+        _launch(25, 4),                                          # after the last window: no step
+        Event("a", "kernel", 5, 10, 0, 7, 1),                    # [5, 15)
+        Event("b", "kernel", 16, 2, 0, 8, 2),                    # [16, 18), another stream
+        Event("c", "gpu_memset", 18, 4, 0, 7, 3),                # [18, 22): step 2
+        Event("d", "kernel", 40, 5, 0, 7, 4),
+        Event("e", "kernel", 50, 5, 0, 7, 99),                   # no launch with this id: in no span
+    ])
+    assert gpu_step_spans(t) == [(5, 18), (18, 22)]
+    # step 1: busy [5, 15) and [16, 18) = 12 of 13; step 2: busy throughout
+    assert gpu_idle_fraction(t) == pytest.approx([1 / 13, 0.0], abs=1e-12)
+
+
+def test_gpu_step_spans_and_idle_count_copies():
+    # fails if gpu_memcpy events are ignored: the span would end at 25 and the copy would not count as busy
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        _launch(2, 1), Event("cudaMemcpyAsync", "cuda_runtime", 5, 1, 1, 1, 2), _launch(7, 3),
+        Event("k", "kernel", 20, 5, 0, 7, 1),
+        Event("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 25, 3, 0, 7, 2),
+        Event("m", "gpu_memset", 28, 2, 0, 7, 3),
+    ])
+    assert gpu_step_spans(t) == [(20, 30)]
+    assert gpu_idle_fraction(t) == [0.0]
+
+
+def test_gpu_idle_counts_other_work_inside_the_span():
+    # busy is every GPU event within the span, also work that the step did not launch
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        _launch(1, 1), _launch(2, 2),
+        Event("k1", "kernel", 10, 2, 0, 7, 1),
+        Event("k2", "kernel", 18, 2, 0, 7, 2),
+        Event("other", "gpu_memcpy", 12, 2, 0, 9, None),
+    ])
+    assert gpu_idle_fraction(t) == [0.4]  # span [10, 20): busy [10, 14) and [18, 20)
+
+
+def test_gpu_step_spans_name_the_step_without_gpu_work():
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1), _launch(1, 1), Event("k", "kernel", 3, 1, 0, 7, 1),
+        Event("ProfilerStep#2", "user_annotation", 10, 10, 1, 1),
+        Event("k2", "kernel", 12, 1, 0, 7, None),  # no correlation id: not linked to the step
+    ])
+    with pytest.raises(ValueError, match=r"ProfilerStep#2 \(host window at 10 us\) launched no GPU work"):
+        gpu_step_spans(t)
+    with pytest.raises(ValueError, match=r"ProfilerStep#2"):
+        gpu_idle_fraction(t)
+
+
+def test_gpu_step_spans_need_windows():
+    with pytest.raises(ValueError, match="the trace has no ProfilerStep windows"):
+        gpu_step_spans(Trace([Event("k", "kernel", 0, 1, 0, 7, 1)]))
+
+
+def test_gpu_idle_fraction_zero_length_span_is_an_error():
+    t = Trace([Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1), _launch(1, 1),
+               Event("k", "kernel", 3, 0, 0, 7, 1)])
+    assert gpu_step_spans(t) == [(3, 3)]
+    with pytest.raises(ValueError, match=r"the GPU span of ProfilerStep#1 has zero length"):
+        gpu_idle_fraction(t)
+
+
+def test_gpu_busy_intervals_rejects_reversed_bounds():
+    t = Trace([Event("k", "kernel", 0, 5, 0, 7)])
+    with pytest.raises(ValueError, match="gpu_busy_intervals needs start <= end, got start=5 and end=1"):
+        gpu_busy_intervals(t, 5, 1)
+    assert gpu_busy_intervals(t, 2, 2) == []
+
+
+@pytest.mark.parametrize("fn", [step_windows, sync_events, wait_events, gpu_step_spans, gpu_idle_fraction,
+                                plot_timeline, lambda t: gpu_busy_intervals(t, 0, 1)])
 def test_functions_reject_non_traces(fn):
     with pytest.raises(TypeError, match=r"expected a mentor.trace.Trace from load_trace\(path\), not str"):
         fn("naive.json.gz")
@@ -210,6 +332,44 @@ def test_gpu_idle_fraction_in_unit_interval(traces, name):
     assert all(0.0 < f < 1.0 for f in fractions)
 
 
+# Computed once from the committed traces with gpu_step_spans / gpu_idle_fraction (deterministic given the
+# files): trace timestamps in us, fractions as printed by Python.
+H200_SPANS = {
+    "naive": [(5169558932474.657, 5169558951018.491), (5169558951641.938, 5169558971387.836),
+              (5169558972176.24, 5169558995010.574)],
+    "no_metrics": [(5169558382615.106, 5169558395389.102), (5169558396051.364, 5169558409083.53),
+                   (5169558410047.55, 5169558432581.951)],
+}
+H200_IDLE = {
+    "naive": [0.900047164430815, 0.9062283457911723, 0.9188009181965309],
+    "no_metrics": [0.8642859703907421, 0.8661440765030156, 0.9225809566250421],
+}
+
+
+@pytest.mark.parametrize("name", ["naive", "no_metrics"])
+def test_gpu_step_spans_and_idle_of_the_h200_traces(traces, name):
+    flat = [x for span in gpu_step_spans(traces[name]) for x in span]
+    assert flat == pytest.approx([x for span in H200_SPANS[name] for x in span], abs=1e-3)
+    assert gpu_idle_fraction(traces[name]) == pytest.approx(H200_IDLE[name], abs=1e-9)
+    # this small model is launch-bound: each step's GPU work starts after its host window does and ends
+    # before the next window begins
+    windows = step_windows(traces[name])
+    for w, nxt, (start, end) in zip(windows, windows[1:] + [None], gpu_step_spans(traces[name])):
+        assert w.start < start < w.end and (nxt is None or end < nxt.start)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_step_spans_against_the_profilers_gpu_step_annotation(traces, name):
+    # Kineto also draws each ProfilerStep on the GPU (category gpu_user_annotation), over the kernels linked to
+    # the step's range on the main thread. The spans start where it does; they end at or after it because
+    # they also take the kernels that the autograd thread launched during the host window (backward).
+    t = traces[name]
+    for w, (start, end) in zip(step_windows(t), gpu_step_spans(t)):
+        (piece,) = [e for e in t.by_cat("gpu_user_annotation") if e.name == w.name]
+        assert start == pytest.approx(piece.start, abs=0.01)
+        assert end >= piece.end - 0.01
+
+
 def test_naive_leaves_the_gpu_idle_longer_than_no_metrics(traces):
     # the naive set's syncs make the host wait for the GPU, which then waits for the host
     naive = statistics.mean(gpu_idle_fraction(traces["naive"]))
@@ -221,14 +381,23 @@ def _legend(ax):
     return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+ROWS = ["host step (ProfilerStep)", "GPU step", "record_function", "host ops", "CUDA runtime", "GPU"]
+
+
+def _row_extents(ax, row):
+    """(left, right) in ms of every bar drawn in the given row (one broken_barh collection per row)."""
+    return [(p.get_extents().x0, p.get_extents().x1) for p in ax.collections[ROWS.index(row)].get_paths()]
+
+
 @pytest.mark.parametrize("steps", [1, 2, 3])
 def test_plot_timeline_counts_the_syncs(traces, close_figures, steps):
     ax = plot_timeline(traces["naive"], steps=steps)
     assert _legend(ax) == [f"sync calls ({2 * steps})", "GPU busy"]  # 2 syncs per step (see above)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["steps", "record_function", "host ops",
-                                                            "CUDA runtime", "GPU"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ROWS
+    assert min(t.get_fontsize() for t in ax.get_yticklabels() + ax.texts) >= 8
     step_labels = [t.get_text() for t in ax.texts]
     assert step_labels == [f"step #{k}" for k in range(1, steps + 1)]
+    assert len(_row_extents(ax, "GPU step")) == steps
 
 
 def test_plot_timeline_without_syncs_and_annotations(traces, close_figures):
@@ -240,7 +409,34 @@ def test_plot_timeline_without_syncs_and_annotations(traces, close_figures):
     assert _legend(ax)[0] == "sync calls (0)"
     assert len(ax.texts) == 0
     windows = step_windows(traces["no_metrics"])
+    # in this trace the last GPU span ends before the last host window does: the axis ends with the host
+    assert gpu_step_spans(traces["no_metrics"])[-1][1] < windows[-1].end
     assert ax.get_xlim() == pytest.approx((0, (windows[-1].end - windows[0].start) / 1000))  # all 3 steps, in ms
+
+
+def test_plot_timeline_draws_gpu_work_past_the_host_window(close_figures):
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        _launch(2, 1), _launch(8, 2),
+        Event("k1", "kernel", 20, 5, 0, 7, 1),
+        Event("k2", "kernel", 27, 3, 0, 7, 2),
+        Event("ProfilerStep#2", "user_annotation", 10, 10, 1, 1),
+        _launch(12, 3),
+        Event("k3", "kernel", 40, 5, 0, 7, 3),   # step 2, not drawn with steps=1
+    ])
+    ax = plot_timeline(t, steps=1)
+    assert ax.get_xlim() == pytest.approx((0, 0.030))  # to the end of step 1's GPU span, in ms
+    assert _row_extents(ax, "host step (ProfilerStep)") == [pytest.approx((0, 0.010))]
+    assert _row_extents(ax, "GPU step") == [pytest.approx((0.020, 0.030))]
+    assert _row_extents(ax, "GPU") == [pytest.approx((0.020, 0.025)), pytest.approx((0.027, 0.030))]
+    two = plot_timeline(t, steps=2)
+    assert two.get_xlim() == pytest.approx((0, 0.045))
+    assert _row_extents(two, "GPU step") == [pytest.approx((0.020, 0.030)), pytest.approx((0.040, 0.045))]
+
+
+def test_plot_timeline_of_a_cpu_trace_has_no_gpu_step(close_figures):
+    ax = plot_timeline(Trace([Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1)]), steps=1)
+    assert _row_extents(ax, "GPU step") == [] and ax.get_xlim() == pytest.approx((0, 0.010))
 
 
 def test_plot_timeline_needs_steps(close_figures):
@@ -252,3 +448,41 @@ def test_plot_timeline_needs_steps(close_figures):
 def test_plot_timeline_rejects_bad_steps(traces, bad):
     with pytest.raises(ValueError, match=f"steps must be an int >= 1, got {bad!r}"):
         plot_timeline(traces["naive"], steps=bad)
+
+
+def test_gpu_step_span_ends_with_a_trailing_copy():
+    # complements test_gpu_step_spans_and_idle_count_copies: here the copy is the step's last GPU work, so a
+    # span that ignores gpu_memcpy ends at 25 instead of 30 (and the idle share becomes 2/5 of a shorter span)
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        _launch(2, 1), Event("cudaMemcpyAsync", "cuda_runtime", 5, 1, 1, 1, 2),
+        Event("k", "kernel", 20, 3, 0, 7, 1),
+        Event("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 25, 5, 0, 7, 2),
+    ])
+    assert gpu_step_spans(t) == [(20, 30)]
+    assert gpu_idle_fraction(t) == [0.2]  # busy [20, 23) and [25, 30) of [20, 30)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# mentor.profiling.SyncSite.caller (a reader of stacks, next to the trace readers; it needs no CUDA)
+
+
+def test_sync_site_caller_is_the_innermost_user_frame():
+    # Several user frames around library frames: the caller is the user frame nearest to the sync, not the
+    # script's entry point. Fails if caller walks the stack from the outermost end.
+    from mentor.profiling import SyncSite
+
+    stack = (
+        ("<frozen runpy>", 88, "_run_code"),
+        ("/home/u/proj/run.py", 3, "<module>"),
+        ("/home/u/proj/book/loop.py", 40, "train_epoch"),
+        ("/x/site-packages/torch/nn/modules/module.py", 1750, "_call_impl"),
+        ("/home/u/proj/book/metrics_user.py", 17, "update_metrics"),
+        ("/x/site-packages/torchmetrics/metric.py", 500, "wrapped_func"),
+        ("/work/main/mentor/profiling.py", 330, "wrapper"),
+        ("/x/site-packages/torchmetrics/aggregation.py", 93, "_cast_and_nan_check_input"),
+    )
+    site = SyncSite("/x/site-packages/torchmetrics/aggregation.py", 93, "_cast_and_nan_check_input", stack)
+    assert site.kind == "debug mode"
+    assert site.where == "torchmetrics/aggregation.py:93"
+    assert site.caller == "book/metrics_user.py:17"

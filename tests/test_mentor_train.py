@@ -175,3 +175,168 @@ def test_run_stats_from_a_list():
     assert stats.median_ms == 2.0
     assert stats.images_per_s == 4 * 1000.0 / 2.0  # batch over median seconds
     assert repr(stats) == "RunStats(3 steps, median 2.00 ms, batch 4)"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exact timing with a fake clock, and the training step itself against a hand-written loop, on a tiny model
+
+
+class FakeTime:
+    """Stands in for the ``time`` module of mentor.train: ``perf_counter`` reads a clock that only the test advances."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class Tiny(torch.nn.Module):
+    """``Linear(3, 2)`` that records ``self.training`` at each forward and advances a fake clock by ``costs[i]``."""
+
+    def __init__(self, clock=None, costs=()):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+        self.clock, self.costs = clock, list(costs)
+        self.modes: list[bool] = []
+
+    def forward(self, x):
+        if self.clock is not None:
+            self.clock.advance(self.costs[len(self.modes)])
+        self.modes.append(self.training)
+        return self.fc(x)
+
+
+def tiny_setup(model, lr=0.5):
+    with torch.no_grad():
+        model.fc.weight.copy_(torch.tensor([[0.5, -1.0, 0.25], [-0.5, 0.75, 1.0]]))
+        model.fc.bias.copy_(torch.tensor([0.125, -0.25]))
+    return Setup(model, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=lr), torch.device("cpu"))
+
+
+TINY_BATCHES = [
+    (torch.tensor([[1.0, 2.0, 0.0], [0.0, -1.0, 3.0]]), torch.tensor([0, 1])),
+    (torch.tensor([[2.0, 0.0, -1.0], [1.0, 1.0, 1.0]]), torch.tensor([1, 1])),
+    (torch.tensor([[-1.0, 0.5, 2.0], [3.0, 0.0, 0.0]]), torch.tensor([0, 0])),
+    (torch.tensor([[0.0, 0.0, 1.0], [1.0, -2.0, 0.5]]), torch.tensor([1, 0])),
+]
+
+FETCH_S = [0.125, 0.25, 0.375, 0.5]  # what reading batch i costs
+FORWARD_S = [1.0, 2.0, 4.0, 8.0]     # what the forward of step i costs
+HOOK_S = 0.5                         # what on_step costs at every step (a metric update, say)
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    import mentor.train
+
+    clock = FakeTime()
+    monkeypatch.setattr(mentor.train, "time", clock)
+    return clock
+
+
+def _timed_run(clock, warmup, steps):
+    def fetched():
+        for i, batch in enumerate(TINY_BATCHES):
+            clock.advance(FETCH_S[i])
+            yield batch
+
+    seen: list[Step] = []
+
+    def hook(step):
+        seen.append(step)
+        clock.advance(HOOK_S)
+
+    stats = train(tiny_setup(Tiny(clock, FORWARD_S)), fetched(), steps=steps, warmup=warmup, on_step=hook)
+    return stats, seen
+
+
+def test_step_times_are_exact_per_step_and_exclude_the_warmup(fake_time):
+    # A timed step runs from the end of the previous one: reading its batch, forward/backward/step and on_step.
+    # Fails if the first timed step includes the warm-up step (2750 would be 4375 or more) or if the times
+    # add up across steps (cumulative: 2750, 7625, 16625).
+    stats, _ = _timed_run(fake_time, warmup=1, steps=3)
+    assert stats.step_ms == [
+        (FETCH_S[1] + FORWARD_S[1] + HOOK_S) * 1000,
+        (FETCH_S[2] + FORWARD_S[2] + HOOK_S) * 1000,
+        (FETCH_S[3] + FORWARD_S[3] + HOOK_S) * 1000,
+    ] == [2750.0, 4875.0, 9000.0]
+    assert stats.median_ms == 4875.0
+    assert stats.images_per_s == 2 * 1000.0 / 4875.0
+
+
+def test_step_times_without_warmup_start_at_the_first_step(fake_time):
+    stats, _ = _timed_run(fake_time, warmup=0, steps=2)
+    assert stats.step_ms == [(0.125 + 1.0 + 0.5) * 1000, (0.25 + 2.0 + 0.5) * 1000] == [1625.0, 2750.0]
+
+
+def test_host_seconds_is_the_time_since_the_previous_step(fake_time):
+    # step 0: from the start of train(); later steps: from the previous step's end of optimizer.step(),
+    # so the previous on_step is included. Fails if host_seconds adds up (1.125, 3.875, 8.75, 17.75).
+    _, seen = _timed_run(fake_time, warmup=1, steps=3)
+    assert [s.index for s in seen] == [0, 1, 2, 3]
+    assert [s.host_seconds for s in seen] == [0.125 + 1.0, 0.5 + 0.25 + 2.0, 0.5 + 0.375 + 4.0, 0.5 + 0.5 + 8.0]
+    assert [s.host_seconds for s in seen] == [1.125, 2.75, 4.875, 9.0]
+
+
+def _reference_loop(model, lr, batches):
+    """The training step written out by hand: what train() must do."""
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for images, labels in batches:
+        optimizer.zero_grad()
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().clone())
+    return losses
+
+
+def test_train_matches_a_hand_written_loop():
+    # Fails if optimizer.zero_grad is missing: the second step would use the sum of both steps' gradients.
+    setup = tiny_setup(Tiny())
+    losses: list[torch.Tensor] = []
+    train(setup, iter(TINY_BATCHES[:2]), steps=1, warmup=1, on_step=lambda s: losses.append(s.loss.detach().clone()))
+    reference = tiny_setup(Tiny())
+    expected_losses = _reference_loop(reference.model, 0.5, TINY_BATCHES[:2])
+    for got, want in zip(setup.model.parameters(), reference.model.parameters()):
+        assert torch.equal(got, want)
+    assert [float(x) for x in losses] == [float(x) for x in expected_losses]
+
+
+def test_train_first_step_by_hand():
+    # One step, gradient worked out by hand: logits of the first batch are [-1.375, 0.75] and [1.875, 2.0];
+    # the update is the exact SGD step of lr 0.5 on the mean cross-entropy (checked against autograd below).
+    setup = tiny_setup(Tiny())
+    w0, b0 = setup.model.fc.weight.detach().clone(), setup.model.fc.bias.detach().clone()
+    train(setup, iter(TINY_BATCHES[:1]), steps=1)
+    x, y = TINY_BATCHES[0]
+    logits = x @ w0.T + b0
+    torch.testing.assert_close(logits, torch.tensor([[-1.375, 0.75], [1.875, 2.0]]), rtol=0, atol=0)
+    dlogits = (torch.softmax(logits, dim=1) - torch.nn.functional.one_hot(y, 2).float()) / 2
+    torch.testing.assert_close(setup.model.fc.weight, w0 - 0.5 * dlogits.T @ x)
+    torch.testing.assert_close(setup.model.fc.bias, b0 - 0.5 * dlogits.sum(0))
+
+
+def test_train_puts_the_model_in_training_mode():
+    # Fails if train() leaves the model in eval() mode (BatchNorm would use running stats, Dropout would be off).
+    model = Tiny()
+    setup = tiny_setup(model)
+    model.eval()
+    train(setup, iter(TINY_BATCHES[:3]), steps=2, warmup=1)
+    assert model.modes == [True, True, True]
+
+
+def test_train_switches_batchnorm_to_batch_statistics():
+    # the same point with a real BatchNorm: in training mode it normalizes with the batch's own statistics
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    setup = Setup(model, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))
+    model.eval()
+    train(setup, iter(TINY_BATCHES[:1]), steps=1)
+    assert model[1].num_batches_tracked.item() == 1  # only a BatchNorm in training mode counts batches

@@ -3,7 +3,7 @@
 
     python scripts/nbtools.py smoke [NB ...]    # execute copies with MENTOR_PROFILE=smoke; the repo is untouched
     python scripts/nbtools.py gpu-run [NB ...]  # execute in place with MENTOR_PROFILE=full and store provenance
-    python scripts/nbtools.py check [NB ...]    # fail if code changed since a notebook's stored GPU run
+    python scripts/nbtools.py check [NB ...]    # fail if a notebook's stored GPU run is not current
 
 Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/reproducibility.ipynb last.
 """
@@ -86,6 +86,43 @@ def run_order(notebooks: Sequence[Path]) -> list[Path]:
     return sorted(notebooks, key=lambda p: p.name == LAST)
 
 
+MENTOR = REPO / "mentor"
+FORBIDDEN_TAGS = ("skip-execution", "raises-exception")
+"""Cell tags that skip a cell or hide its error: a stored run with them proves nothing."""
+FORBIDDEN_LINE = re.compile(r"^\s*(%%capture|!)", re.MULTILINE)
+"""Cell magics whose failure a notebook run does not see: a captured error, a failing shell command."""
+
+
+def mentor_hash(package: Path | None = None) -> str:
+    """SHA-256 of the ``mentor`` package's source: every ``.py`` file, by relative path and content."""
+    package = MENTOR if package is None else package
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def outputs_hash(nb: NotebookNode) -> str:
+    """SHA-256 of every code cell's outputs, as stored (so a hand edit of an output changes it)."""
+    import json
+
+    outputs = [cell.get("outputs", []) for cell in nb.cells if cell.cell_type == "code"]
+    return hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
+
+
+def forbidden(nb: NotebookNode) -> list[str]:
+    """Why a notebook's run cannot be trusted: tags that skip or hide errors, %%capture or ``!`` lines."""
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        tags = [t for t in cell.get("metadata", {}).get("tags", []) if t in FORBIDDEN_TAGS]
+        if tags:
+            problems.append(f"cell {index} is tagged {', '.join(tags)}, which skips it or hides its error; remove the tag")
+        if cell.cell_type == "code" and FORBIDDEN_LINE.search(cell.source):
+            problems.append(f"cell {index} uses %%capture or a ! shell line, whose failure the run would not see; "
+                            "call Python instead")
+    return problems
+
+
 def code_hash(nb: NotebookNode) -> str:
     """SHA-256 of the code cells' sources (trailing whitespace stripped); outputs, metadata and markdown don't count."""
     cells = []
@@ -154,6 +191,8 @@ def smoke(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | None = N
     book = book.resolve()
     relative = []
     for nb_path in notebooks:
+        if not Path(nb_path).is_file():
+            raise NotebookFailed(f"{nb_path}: no such notebook; pass the path of a .ipynb file in {display_path(book)}/")
         try:
             relative.append(Path(nb_path).resolve().relative_to(book))
         except ValueError:
@@ -168,6 +207,9 @@ def smoke(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | None = N
             for rel in relative:
                 target = copy / rel
                 nb = nbformat.read(target, as_version=4)
+                problems = forbidden(nb)
+                if problems:
+                    raise NotebookFailed(f"{display_path(book / rel)}: " + "; ".join(problems))
                 seconds = execute_notebook(nb, target.parent, display_path(book / rel))
                 results.append((display_path(book / rel), seconds))
         return results
@@ -188,13 +230,20 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
             name = display_path(nb_path)
             nb = nbformat.read(nb_path, as_version=4)
             executed = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            problems = forbidden(nb)
+            if problems:
+                raise NotebookFailed(f"{name}: " + "; ".join(problems))
             seconds = execute_notebook(nb, nb_path.resolve().parent, name)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
                 "executed": executed,
                 "duration_s": round(seconds, 3),
                 "code_sha256": code_hash(nb),
+                "mentor_sha256": mentor_hash(),
             }
+            nbformat.write(nb, nb_path)
+            nb = nbformat.read(nb_path, as_version=4)  # hash the outputs exactly as stored
+            nb.metadata["mentor"]["outputs_sha256"] = outputs_hash(nb)
             nbformat.write(nb, nb_path)
             print(f"{name}: {seconds:.1f} s", flush=True)
             results.append((name, seconds))
@@ -202,19 +251,42 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
 
 
 def stale(notebooks: Sequence[Path]) -> list[str]:
-    """One message per notebook whose code differs from (or has no) stored GPU run."""
+    """One message per notebook whose stored GPU run is missing or no longer matches it.
+
+    A stored run matches when its code cells, the ``mentor`` source and its outputs hash as they
+    did when ``gpu-run`` wrote it, and no cell skips itself or hides an error. A notebook that
+    cannot be read gets a message too, and the others are still checked.
+    """
     messages = []
+    package = mentor_hash()
     for nb_path in notebooks:
         name = display_path(Path(nb_path))
-        nb = nbformat.read(nb_path, as_version=4)
-        stored = nb.metadata.get("mentor", {}).get("code_sha256")
-        if stored is None:
-            reason = "has no stored GPU run (metadata.mentor.code_sha256 is missing)"
-        elif stored != code_hash(nb):
-            reason = "code cells changed since its stored GPU run"
-        else:
+        refresh = f"refresh it with: make gpu-run NB={name}"
+        try:
+            nb = nbformat.read(nb_path, as_version=4)
+        except FileNotFoundError:
+            messages.append(f"{name}: no such notebook; pass the path of a .ipynb file in book/")
             continue
-        messages.append(f"{name}: {reason}; refresh it with: make gpu-run NB={name}")
+        except Exception as error:  # nbformat raises several types for bad JSON and bad schema
+            messages.append(f"{name}: not a readable notebook ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                            "restore it from git or re-save it from Jupyter")
+            continue
+        meta = nb.metadata.get("mentor", {})
+        reasons = forbidden(nb)
+        if not nb.cells:
+            reasons.append("has no cells")
+        if meta.get("code_sha256") is None:
+            reasons.append("has no stored GPU run (metadata.mentor.code_sha256 is missing)")
+        else:
+            if meta["code_sha256"] != code_hash(nb):
+                reasons.append("code cells changed since its stored GPU run")
+            if meta.get("mentor_sha256") != package:
+                reasons.append("the mentor package changed since its stored GPU run" if meta.get("mentor_sha256")
+                               else "its stored GPU run does not record the mentor source it ran with")
+            if meta.get("outputs_sha256") != outputs_hash(nb):
+                reasons.append("its outputs were edited after its stored GPU run" if meta.get("outputs_sha256")
+                               else "its stored GPU run does not record a hash of its outputs")
+        messages.extend(f"{name}: {reason}; {refresh}" for reason in reasons)
     return messages
 
 
@@ -225,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for command, text in [
         ("smoke", "execute copies on the CPU (MENTOR_PROFILE=smoke); fail on any error"),
         ("gpu-run", "execute in place (MENTOR_PROFILE=full) and store outputs and provenance"),
-        ("check", "fail if a notebook's code changed since its stored GPU run"),
+        ("check", "fail if a notebook's stored GPU run is not current (code, mentor source, outputs, tags)"),
     ]:
         sub = commands.add_parser(command, help=text, description=text)
         sub.add_argument("notebooks", nargs="*", type=Path, metavar="NB", help="default: every book/*.ipynb")

@@ -79,7 +79,8 @@ def test_check_stale_and_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"refresh it with: make gpu-run NB={path}" in capsys.readouterr().out
 
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb)}
+    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+                             "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     assert nbtools.main(["check", str(path)]) == 0
     assert "ok" in capsys.readouterr().out
@@ -133,8 +134,135 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     nb = nbformat.read(first, as_version=4)
     assert nb.cells[1].outputs[0]["text"].split() == ["smoke", str(tmp_path.resolve())]
     stored = nb.metadata["mentor"]
-    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256"}
+    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256", "mentor_sha256", "outputs_sha256"}
+    assert stored["mentor_sha256"] == nbtools.mentor_hash()
+    assert stored["outputs_sha256"] == nbtools.outputs_hash(nb)
     assert stored["code_sha256"] == nbtools.code_hash(nb) and stored["duration_s"] > 0
     assert "torch" in stored["provenance"]
     assert nbformat.read(last, as_version=4).cells[1].outputs[0]["text"].strip() == stored["code_sha256"]
     assert nbtools.stale([first, last]) == []
+
+
+# --- what makes a stored run stale ---
+
+
+def stored_run(path: Path, package: Path) -> Path:
+    """Give the notebook at ``path`` an output and the metadata gpu-run would store, with ``package`` as mentor."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs = [new_output("stream", name="stdout", text="0.25\n")]
+    nbformat.write(nb, path)
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(package),
+                             "outputs_sha256": nbtools.outputs_hash(nb)}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def fake_mentor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    package = tmp_path / "mentor"
+    package.mkdir()
+    (package / "bench.py").write_text("X = 1\n")
+    monkeypatch.setattr(nbtools, "MENTOR", package)
+    return package
+
+
+def test_check_passes_on_a_current_run(tmp_path: Path, fake_mentor: Path) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
+    assert nbtools.stale([path]) == []
+
+
+def test_check_fails_when_mentor_changes(tmp_path: Path, fake_mentor: Path) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
+    (fake_mentor / "bench.py").write_text("X = 2\n")
+    assert nbtools.stale([path]) == [
+        f"{path}: the mentor package changed since its stored GPU run; refresh it with: make gpu-run NB={path}"]
+    (fake_mentor / "bench.py").write_text("X = 1\n")
+    (fake_mentor / "new.py").write_text("")  # a new module counts too
+    assert len(nbtools.stale([path])) == 1
+
+
+def test_check_fails_when_an_output_is_edited_by_hand(tmp_path: Path, fake_mentor: Path) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs[0]["text"] = "0.20\n"
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: its outputs were edited after its stored GPU run; refresh it with: make gpu-run NB={path}"]
+
+
+@pytest.mark.parametrize("tag", ["skip-execution", "raises-exception"])
+def test_check_fails_on_tags_that_skip_or_hide_errors(tmp_path: Path, fake_mentor: Path, tag: str) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].metadata["tags"] = ["hide-input", tag]
+    nbformat.write(nb, path)
+    (message,) = nbtools.stale([path])
+    assert f"cell 1 is tagged {tag}" in message and f"make gpu-run NB={path}" in message
+
+
+@pytest.mark.parametrize("source", ["%%capture\nraise ValueError('hidden')", "!false", "x = 1\n  !ls missing"])
+def test_captured_errors_and_shell_lines_are_refused(tmp_path: Path, fake_mentor: Path, source: str) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)", source), fake_mentor)
+    (message,) = nbtools.stale([path])
+    assert "cell 2 uses %%capture or a ! shell line" in message
+    with pytest.raises(nbtools.NotebookFailed, match="cell 2 uses %%capture"):
+        nbtools.smoke([path], book=tmp_path, workdir=tmp_path / "work")
+
+
+def test_check_reports_bad_notebooks_and_keeps_checking(tmp_path: Path, fake_mentor: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    garbage = tmp_path / "garbage.ipynb"
+    garbage.write_text("{not json")
+    empty = tmp_path / "empty.ipynb"
+    nbformat.write(new_notebook(), empty)
+    good = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
+    messages = nbtools.stale([garbage, empty, good])
+    assert messages[0].startswith(f"{garbage}: not a readable notebook")
+    assert f"{empty}: has no cells" in messages[1]
+    assert not any(str(good) in m for m in messages)
+    assert nbtools.main(["check", str(garbage), str(good)]) == 1
+    assert "not a readable notebook" in capsys.readouterr().out
+
+
+def test_smoke_names_a_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(nbtools.NotebookFailed, match="no such notebook"):
+        nbtools.smoke([tmp_path / "missing.ipynb"], book=tmp_path)
+
+
+# --- which notebooks run by default, and that smoke runs all of them ---
+
+
+def test_default_notebooks_are_every_notebook_directly_in_the_book(tmp_path: Path) -> None:
+    """Every *.ipynb directly in the folder, sorted by name: fails if the glob is narrowed (0*.ipynb, 0[1-5]*)."""
+    book = tmp_path / "book"
+    (book / "sub").mkdir(parents=True)
+    for name in ("zz.ipynb", "reproducibility.ipynb", "01_a.ipynb", "intro.ipynb", "sub/inner.ipynb"):
+        write_notebook(book / name, "x = 1")
+    (book / "notes.md").write_text("# not a notebook")
+    (book / "01_a.ipynb.bak").write_text("{}")
+    assert nbtools.default_notebooks(book) == [book / "01_a.ipynb", book / "intro.ipynb",
+                                               book / "reproducibility.ipynb", book / "zz.ipynb"]
+
+
+def test_every_notebook_in_the_toc_is_a_default_notebook() -> None:
+    """`make smoke`/`check` without arguments cover every notebook the book's table of contents lists."""
+    in_toc = [nbtools.toc_source(entry) for entry in nbtools.toc_files()]
+    listed = [p for p in in_toc if p is not None and p.suffix == ".ipynb" and p.parent == nbtools.BOOK]
+    assert len(listed) >= 2 and nbtools.BOOK / "intro.ipynb" in listed
+    missing = sorted(set(listed) - set(nbtools.default_notebooks()))
+    assert missing == [], f"notebooks in _toc.yml that default_notebooks() leaves out: {missing}"
+
+
+def test_smoke_runs_every_notebook_it_is_given(tmp_path: Path) -> None:
+    """smoke executes each notebook, not only the first, and returns one (name, seconds) per notebook."""
+    book = tmp_path / "book"
+    book.mkdir()
+    first = write_notebook(book / "a.ipynb", "open('from_a.txt', 'w').write('a')")
+    second = write_notebook(book / "b.ipynb", "open('from_b.txt', 'w').write('b')")
+    results = nbtools.smoke([first, second], book=book, workdir=tmp_path / "work")
+    assert [name for name, _ in results] == [str(book.resolve() / "a.ipynb"), str(book.resolve() / "b.ipynb")]
+    assert all(seconds > 0 for _, seconds in results)
+    copy = tmp_path / "work" / "book"
+    assert (copy / "from_a.txt").read_text() == "a" and (copy / "from_b.txt").read_text() == "b"
+    assert not (book / "from_a.txt").exists() and not (book / "from_b.txt").exists()

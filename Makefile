@@ -2,7 +2,9 @@
 #   make test                      unit tests, notebook smoke runs (CPU), book build, workflow lint
 #   make book                      build the HTML book from the notebooks' stored outputs
 #   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
-#   make check-notebooks           fail if a notebook's code changed since its stored GPU run
+#   make gpu-test                  the CUDA tests (pytest -m gpu) on this machine's GPU
+#   make check-notebooks           fail if a notebook's stored GPU run is not current
+#   make mutation                  mutation testing of mentor/ with mutmut (slow; not part of make test)
 #   make clean                     remove _build
 
 VENV := .venv
@@ -14,7 +16,7 @@ NB ?=
 # PYTHON=python3 (a GPU machine whose python already has torch etc.) they use it as is.
 PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),$(STAMP))
 
-.PHONY: test book gpu-run check-notebooks clean
+.PHONY: test book gpu-run gpu-test check-notebooks mutation clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
@@ -31,6 +33,9 @@ book: $(STAMP)
 
 gpu-run: $(PYTHON_DEPS)
 	$(PYTHON) scripts/nbtools.py gpu-run $(NB)
+
+gpu-test: $(PYTHON_DEPS)
+	$(PYTHON) -m pytest -m gpu
 
 check-notebooks: $(PYTHON_DEPS)
 	$(PYTHON) scripts/nbtools.py check $(NB)

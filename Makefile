@@ -40,5 +40,14 @@ gpu-test: $(PYTHON_DEPS)
 check-notebooks: $(PYTHON_DEPS)
 	$(PYTHON) scripts/nbtools.py check $(NB)
 
+mutation: $(STAMP)
+	$(VENV)/bin/python -m pip install -q mutmut==3.8.1
+	$(VENV)/bin/mutmut run --max-children 2 || true
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(VENV)/bin/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
+	print(s); print(f\"mutation score: {s['killed']} killed of {s['killed'] + s['survived']} run \
+	({100 * s['killed'] / max(1, s['killed'] + s['survived']):.1f} %)\")"
+	@echo "surviving mutants: $(VENV)/bin/mutmut results; one of them: $(VENV)/bin/mutmut show NAME"
+
 clean:
 	rm -rf _build

@@ -450,6 +450,10 @@ def test_metric_set_variants():
     assert type(sets["naive"].metrics["avg_loss"]) is MeanMetric and sets["naive"].loss_weight is None
     assert type(sets["optimized"].metrics["avg_loss"]).__name__ == "NoNanCheckMeanMetric"
     assert sets["optimized"].loss_weight == "tensor"
+    # the article's two intermediate sets: a Python float weight (1.6.1's default) and its first fix
+    assert (sets["float weight"].loss_weight, sets["tensor weight"].loss_weight) == ("float", "tensor")
+    assert type(sets["float weight"].metrics["avg_loss"]) is MeanMetric
+    assert type(sets["tensor weight"].metrics["avg_loss"]) is MeanMetric
     assert sets["built-in"].metrics["avg_loss"].nan_strategy == "disable"
     # torchmetrics ignores weights with nan_strategy="disable" (see above): the built-in set must not rely on them
     assert sets["built-in"].loss_weight is None

@@ -20,8 +20,8 @@ PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install -r requirements.txt
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -r requirements.txt
 	touch $@
 
 test: $(STAMP)
@@ -29,7 +29,6 @@ test: $(STAMP)
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
-	@echo "Open $(CURDIR)/_build/html/index.html"
 
 gpu-run: $(PYTHON_DEPS)
 	$(PYTHON) scripts/nbtools.py gpu-run $(NB)

@@ -37,6 +37,12 @@ def sleeps_forever(rank, world_size):
     time.sleep(600)
 
 
+def fails_while_the_other_sleeps(rank, world_size):
+    if rank == 0:
+        raise ValueError("planned failure on rank 0")
+    time.sleep(600)  # not in a collective: only launch's own stop ends this rank
+
+
 def _pretend_main(rank, world_size):
     return rank
 
@@ -268,3 +274,12 @@ def test_launch_workers_can_use_dataloader_workers():
 def test_launch_rejects_bad_timeouts(timeout):
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
         launch(rank_and_size, 1, backend="gloo", timeout=timeout)
+
+
+def test_launch_stops_waiting_at_the_first_failure():
+    start = time.monotonic()
+    results = launch(fails_while_the_other_sleeps, 2, backend="gloo", timeout=100)
+    assert time.monotonic() - start < 40  # a launch that kept waiting would take the whole timeout
+    assert results[0].error.startswith("ValueError: planned failure on rank 0")
+    assert results[1] == WorkerResult(1, error="no result: the worker was terminated or died")
+    assert multiprocessing.active_children() == []

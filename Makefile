@@ -44,8 +44,8 @@ mutation: $(STAMP)
 	$(VENV)/bin/mutmut run --max-children 2 || true
 	$(VENV)/bin/mutmut export-cicd-stats
 	$(VENV)/bin/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
-	print(s); print(f\"mutation score: {s['killed']} killed of {s['killed'] + s['survived']} run \
-	({100 * s['killed'] / max(1, s['killed'] + s['survived']):.1f} %)\")"
+	caught = s['killed'] + s['timeout']; run = caught + s['survived'] + s['no_tests']; \
+	print(s); print(f'mutation score: {caught} of {run} mutants run were caught ({100 * caught / max(1, run):.1f} %)')"
 	@echo "surviving mutants: $(VENV)/bin/mutmut results; one of them: $(VENV)/bin/mutmut show NAME"
 
 clean:

@@ -26,6 +26,7 @@ import math
 import random
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from numbers import Real
@@ -49,6 +50,9 @@ RESAMPLES = 4000
 
 NAME_WIDTH = 22
 """Configuration names longer than this are truncated in :meth:`Comparison.table`."""
+
+TABLE_WIDTH = 80
+"""The widest line of :meth:`Comparison.table`: it fits a book page at desktop width without scrolling."""
 
 NOT_COUNTED = "not counted"
 CPU_NOTE = "n/a (CPU)"
@@ -462,41 +466,40 @@ class Comparison:
         return out
 
     def table(self) -> str:
-        """A plain-text table, at most 100 characters wide: one row per configuration, then a legend.
+        """A plain-text table, at most 80 characters wide: one row per configuration, then a legend.
 
-        Columns: configuration (truncated to 22 characters), median step time, median
-        overhead with its interval, images per second over all timed steps (reports
-        included), throughput overhead with its interval, syncs per step, syncs of one
-        report call, and the verdict of the median overhead (``unresolved`` stands for
-        "no difference resolved").
+        Columns: configuration (truncated to fit, at most 22 characters), median step time,
+        the overhead of the median step time and of the total time (report steps included),
+        each in % with its interval, syncs per step and syncs of one report call. Images per
+        second and verdicts are in :meth:`rows` and :meth:`facts`.
+
+        Example:
+            >>> cmp = Comparison([Result("base", "", [[10.0], [20.0]]), Result("cfg", "", [[11.0], [22.0]])], "base", 8)
+            >>> print(cmp.table().splitlines()[4])
+            cfg      16.50  +10.0 [10.0, 10.0]  +10.0 [10.0, 10.0]      -      -
         """
-        short_verdict = {"no difference resolved": "unresolved", "no interval (1 round)": "no interval"}
         body = []
         for r in self.results:
             cells: list[str | None] = [r.name, f"{r.median_ms:.2f}"]
-            median = self.overhead(r.name, "median")
-            for iv, imgs in ((median, None), (self.overhead(r.name, "throughput"), self.images_per_s(r.name))):
-                if imgs is not None:
-                    cells.append(f"{imgs:.0f}")
-                cells.append(str(iv) if iv.has_interval else f"{iv.point:+.1f} %")
-            if r.syncs_per_step is None:  # the note spans both sync columns
-                cells += [r.syncs_note or "n/a", None]
+            for kind in KINDS:
+                iv = self.overhead(r.name, kind)
+                cells.append(f"{iv.point:+.1f} [{iv.lo:.1f}, {iv.hi:.1f}]" if iv.has_interval else f"{iv.point:+.1f}")
+            if r.syncs_per_step is None and r.syncs_note:  # the note spans both sync columns
+                cells += [r.syncs_note, None]
             else:
-                cells += [f"{r.syncs_per_step:g}", "-" if r.report_syncs is None else f"{r.report_syncs:g}"]
-            verdict = self._judge(r.name, median)
-            cells.append(short_verdict.get(verdict, verdict))
+                cells += ["-" if r.syncs_per_step is None else f"{r.syncs_per_step:g}",
+                          "-" if r.report_syncs is None else f"{r.report_syncs:g}"]
             body.append(cells)
-        head = [("config", ""), ("median", "ms"), ("overhead", "median"), ("img/s", "total"),
-                ("overhead", "throughput"), ("syncs", "/step"), ("syncs", "/rep"), ("verdict", "")]
-        gap = [0, 2, 2, 2, 2, 2, 2, 2]  # spaces before each column
-        right = {1, 3, 5, 6}
-        widths = [max([len(h1), len(h2)] + [len(c[i] or "") for c in body if c[6] is not None or i not in (5, 6)])
+        head = [("config", ""), ("median", "ms"), ("overhead %", "median step"), ("overhead %", "total time"),
+                ("syncs", "/step"), ("syncs", "/rep")]
+        gap = [0, 2, 2, 2, 2, 2]  # spaces before each column
+        right = {1, 4, 5}
+        widths = [max([len(h1), len(h2)] + [len(c[i] or "") for c in body if c[5] is not None or i != 4])
                   for i, (h1, h2) in enumerate(head)]
-        notes = [len(c[5] or "") for c in body if c[6] is None]
-        span = max([widths[5] + gap[6] + widths[6]] + notes)
-        widths[6] = span - widths[5] - gap[6]
+        span = max([widths[4] + gap[5] + widths[5]] + [len(c[4] or "") for c in body if c[5] is None])
+        widths[5] = span - widths[4] - gap[5]
         rest = sum(widths[1:]) + sum(gap)
-        widths[0] = max(len("config"), min(NAME_WIDTH, max(len(c[0] or "") for c in body), 100 - rest))
+        widths[0] = max(len("config"), min(NAME_WIDTH, max(len(c[0] or "") for c in body), TABLE_WIDTH - rest))
         for c in body:
             c[0] = _short(c[0] or "", widths[0])
 
@@ -505,8 +508,8 @@ class Comparison:
             for i, cell in enumerate(cells):
                 if cell is None:
                     continue
-                if i == 5 and cells[6] is None:
-                    text = cell.ljust(span)
+                if i == 4 and cells[5] is None:
+                    text = cell.rjust(span)
                 else:
                     text = cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
                 out += " " * gap[i] + text
@@ -516,8 +519,8 @@ class Comparison:
         lines.append("-" * max(len(s) for s in lines + [line(c) for c in body]))
         lines += [line(c) for c in body]
         n = self.rounds
-        lines.append(f"overhead in % vs the baseline [95 % bootstrap interval over {n} rounds]; img/s includes reports"
-                     if n > 1 else "overhead in % vs the baseline, one round: no interval; img/s includes reports")
+        lines.append(f"overhead vs {_short(self.baseline, 20)} [95 % bootstrap interval, {n} rounds]"
+                     if n > 1 else f"overhead vs {_short(self.baseline, 20)}, one round: no interval")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -681,6 +684,7 @@ def compare(
     reports: dict[str, list[int]] = {}
     orders: list[list[str]] = []
     for k in range(rounds):
+        started = time.perf_counter()
         order = list(configs)
         rng.shuffle(order)
         orders.append([c.name for c in order])
@@ -692,8 +696,7 @@ def compare(
             per_round[c.name].append(list(stats.step_ms))
             reports[c.name] = report_positions(warmup, steps, every)
         if progress:
-            print(f"round {k + 1}/{rounds}: " + ", ".join(
-                f"{c.name} {statistics.median(per_round[c.name][-1]):.2f} ms" for c in order), flush=True)
+            print(f"round {k + 1}/{rounds}: {len(order)} runs in {time.perf_counter() - started:.1f} s", flush=True)
     cuda = _is_cuda(setup)
     results = []
     for c in configs:

@@ -231,13 +231,24 @@ def _is_library(file: str) -> bool:
     return any(part in file.replace("\\", "/") for part in _LIBRARY_PARTS)
 
 
+_CELL_FILE = re.compile(r"/ipykernel_\d+/\d+\.py$")
+
+
 def short_path(path: str) -> str:
     """``.../site-packages/torchmetrics/aggregation.py`` -> ``torchmetrics/aggregation.py``.
 
     Example:
         >>> short_path("/x/lib/python3.11/site-packages/torchmetrics/aggregation.py")
         'torchmetrics/aggregation.py'
+
+    Code typed into a Jupyter cell lives in a temporary file of the kernel; it is shown as
+    ``<cell>``, so that ``<cell>:9`` reads as line 9 of the cell that ran:
+
+        >>> short_path("/tmp/ipykernel_759/1813045355.py")
+        '<cell>'
     """
+    if _CELL_FILE.search(path.replace("\\", "/")):
+        return "<cell>"
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.split(marker, 1)[1]

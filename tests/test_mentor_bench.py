@@ -3,6 +3,7 @@ plot, the CLI."""
 
 import json
 import math
+import re
 import random
 import subprocess
 import sys
@@ -245,14 +246,12 @@ def test_compare_times_the_report_inside_its_step(setup, batches):
     assert cmp["slow report"].total_ms[0] >= 2 * 1000 * sleep_s
 
 
-def test_compare_prints_one_line_per_round_in_run_order(setup, batches, capsys):
-    cmp = compare([Config("A"), Config("B"), Config("C")], setup, batches, steps=1, warmup=0, rounds=3, seed=1)
+def test_compare_prints_one_short_line_per_round(setup, batches, capsys):
+    compare([Config("A"), Config("B"), Config("C")], setup, batches, steps=1, warmup=0, rounds=3, seed=1)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["round 1/3", "round 2/3", "round 3/3"]
-    for line, order in zip(lines, cmp.settings["orders"]):
-        runs = line.split(": ", 1)[1].split(", ")
-        assert [run.split(" ")[0] for run in runs] == order
-        assert all(run.endswith(" ms") for run in runs)
+    for line in lines:
+        assert re.fullmatch(r"round \d/3: 3 runs in \d+\.\d s", line), line
 
 
 def counting_config(name, made):
@@ -332,7 +331,7 @@ def test_sync_pass_counts_step_and_report_syncs(setup, batches, monkeypatch):
     row = cmp.rows()[1]
     assert (row["syncs_per_step"], row["report_syncs"]) == (2.0, 5)
     line = cmp.table().splitlines()[4]
-    assert line.split()[-3:-1] == ["2", "5"]
+    assert line.split()[-2:] == ["2", "5"]
 
 
 def test_syncs_note_on_cpu_and_when_not_counted(setup, batches, monkeypatch):
@@ -616,56 +615,58 @@ def table_comparison():
 def test_table_layout_and_values():
     cmp = table_comparison()
     lines = cmp.table().splitlines()
-    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    assert all(len(line) <= 80 for line in lines), [len(line) for line in lines]
     assert len(lines) == 2 + 1 + 4 + 1  # two header lines, rule, one row per config, legend
-    assert lines[0].split() == ["config", "median", "overhead", "img/s", "overhead", "syncs", "syncs", "verdict"]
-    assert lines[1].split() == ["ms", "median", "total", "throughput", "/step", "/rep"]
+    assert lines[0].split() == ["config", "median", "overhead", "%", "overhead", "%", "syncs", "syncs"]
+    assert lines[1].split() == ["ms", "median", "step", "total", "time", "/step", "/rep"]
     assert set(lines[2]) == {"-"}
     rows = dict(zip([r.name for r in cmp.results], lines[3:7]))
     for r in cmp.results[1:]:
-        assert str(cmp.overhead(r.name)) in rows[r.name]
-        assert str(cmp.overhead(r.name, "throughput")) in rows[r.name]
-        assert f"{cmp.images_per_s(r.name):.0f}" in rows[r.name].split()
-    assert rows["no metrics"].startswith("no metrics ") and rows["no metrics"].endswith("baseline")
-    assert "n/a (CPU)" in rows["no metrics"]
-    assert rows["naive"].endswith("  3      5  slower")
-    assert rows["not counted one"].endswith("  not counted   faster")
+        for kind in ("median", "throughput"):
+            iv = cmp.overhead(r.name, kind)
+            assert f"{iv.point:+.1f} [{iv.lo:.1f}, {iv.hi:.1f}]" in rows[r.name]
+    assert rows["no metrics"].startswith("no metrics ") and rows["no metrics"].endswith("n/a (CPU)")
+    assert rows["naive"].endswith("      3      5")
+    assert rows["not counted one"].endswith("  not counted")
     long_row = rows[cmp.results[2].name]
-    shown = long_row.split("…")[0]  # truncated to fit 100 columns (and never beyond 22 characters)
+    shown = long_row.split("…")[0]  # truncated to fit 80 columns (and never beyond 22 characters)
     assert cmp.results[2].name.startswith(shown) and 12 <= len(shown) + 1 <= 22
-    assert long_row.endswith("  0.5      -  unresolved")
-    assert lines[7] == "overhead in % vs the baseline [95 % bootstrap interval over 5 rounds]; img/s includes reports"
+    assert long_row.endswith("    0.5      -")
+    assert lines[7] == "overhead vs no metrics [95 % bootstrap interval, 5 rounds]"
 
 
 def test_table_pinned():
     cmp = comparison(result("base", [[10.0, 10.0], [20.0, 20.0]], note="n/a (CPU)"),
                      result("cfg", [[11.0, 11.0], [22.0, 22.0]], syncs=2, report_syncs=1), batch_size=8)
     assert cmp.table() == "\n".join([
-        "config  median  overhead              img/s  overhead              syncs  syncs  verdict",
-        "            ms  median                total  throughput            /step   /rep",
-        "-" * 89,
-        "base     15.00  +0.0 % [0.0, 0.0]       533  +0.0 % [0.0, 0.0]     n/a (CPU)     baseline",
-        "cfg      16.50  +10.0 % [10.0, 10.0]    485  +10.0 % [10.0, 10.0]      2      1  slower",
-        "overhead in % vs the baseline [95 % bootstrap interval over 2 rounds]; img/s includes reports",
-    ])  # 533 = 8 images x 4 steps / 60 ms; 485 = 32 / 66 ms
+        "config  median  overhead %          overhead %          syncs  syncs",
+        "            ms  median step         total time          /step   /rep",
+        "-" * 68,
+        "base     15.00  +0.0 [0.0, 0.0]     +0.0 [0.0, 0.0]        n/a (CPU)",
+        "cfg      16.50  +10.0 [10.0, 10.0]  +10.0 [10.0, 10.0]      2      1",
+        "overhead vs base [95 % bootstrap interval, 2 rounds]",
+    ])
 
 
-def test_table_stays_within_100_columns_with_wide_values():
+def test_table_stays_within_80_columns_with_wide_values():
     names = ["baseline with a long name", "x" * 60, "y" * 30]
     cmp = comparison(result(names[0], BASE), result(names[1], scaled(BASE, [12.5, 0.3, 40.0, 1.0, 3.0]), syncs=12.25,
                                                    report_syncs=100),
                      result(names[2], scaled(BASE, [0.01, 0.5, 0.2, 0.02, 0.3]), note="not counted"))
     lines = cmp.table().splitlines()
-    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    assert all(len(line) <= 80 for line in lines), [len(line) for line in lines]
     for name, line in zip(names[1:], lines[4:6]):
-        assert str(cmp.overhead(name)) in line and str(cmp.overhead(name, "throughput")) in line
+        for kind in ("median", "throughput"):
+            iv = cmp.overhead(name, kind)
+            assert f"{iv.point:+.1f} [{iv.lo:.1f}, {iv.hi:.1f}]" in line
+    assert lines[4].split()[-2:] == ["12.25", "100"]
 
 
 def test_table_with_one_round_shows_points_only():
     cmp = comparison(result("base", [[10.0]]), result("cfg", [[10.7]]))
     lines = cmp.table().splitlines()
-    assert "+7.0 %" in lines[4] and "[" not in lines[4] and lines[4].endswith("no interval")
-    assert lines[-1] == "overhead in % vs the baseline, one round: no interval; img/s includes reports"
+    assert lines[4].split()[:4] == ["cfg", "10.70", "+7.0", "+7.0"] and "[" not in lines[4]
+    assert lines[-1] == "overhead vs base, one round: no interval"
 
 
 def test_rows_hold_numbers():
@@ -798,7 +799,7 @@ def test_cli_smoke_run_writes_json(tmp_path):
     loaded = Comparison.load_json(out)
     table = loaded.table()
     assert table in proc.stdout  # the printed table is the saved comparison's
-    assert all(len(line) <= 100 for line in table.splitlines())
+    assert all(len(line) <= 80 for line in table.splitlines())
     assert f"wrote {out}" in proc.stdout
     assert "profile smoke on cpu" in proc.stdout
 
@@ -840,7 +841,7 @@ def test_cli_passes_the_seed(monkeypatch, capsys):
     monkeypatch.setattr(bench, "build_setup", lambda *a, **k: None)
     assert bench.main(["--profile", "smoke", "--seed", "11"]) == 0
     assert seen["seed"] == 11
-    assert "+100.0 %" in capsys.readouterr().out
+    assert "+100.0  " in capsys.readouterr().out  # the table shows x at twice the baseline
 
 
 def test_overhead_against_another_configuration_is_paired_too():

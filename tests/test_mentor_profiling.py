@@ -206,6 +206,8 @@ def test_step_syncs_h200_traces_have_no_probable_waits(name):
     ("/home/u/book/ch1/notebook.py", "book/ch1/notebook.py"),
     ("/a/tests/b/tests/test_x.py", "tests/test_x.py"),  # the innermost anchor
     ("/home/u/elsewhere/script.py", "/home/u/elsewhere/script.py"),
+    ("/tmp/ipykernel_759/1813045355.py", "<cell>"),  # a Jupyter cell's temporary file
+    ("/tmp/ipykernel_759/helpers.py", "/tmp/ipykernel_759/helpers.py"),  # a real file in such a folder
 ])
 def test_short_path(path, expected):
     assert short_path(path) == expected

@@ -583,7 +583,7 @@ class Comparison:
             raise ValueError(f"unknown kind {kind!r}: pass one of {list(KINDS)}.")
         others = [r for r in self.results if r.name != self.baseline]
         if ax is None:
-            _, ax = plt.subplots(figsize=(6.4, 1.2 + 0.45 * max(1, len(others))), layout="constrained")
+            _, ax = plt.subplots(figsize=(5.6, 1.5 + 0.5 * max(1, len(others))), layout="constrained")
         colors = {"slower": "#d62728", "faster": "#2ca02c"}
         intervals = [self.overhead(r.name, kind) for r in others]
         points = [iv.point for iv in intervals]
@@ -593,9 +593,9 @@ class Comparison:
         ax.barh(y, points, xerr=err, capsize=4, height=0.6, error_kw={"linewidth": 1.2},
                 color=[colors.get(self.verdict(r.name, kind), "#7f7f7f") for r in others])
         ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks(y, [_short(r.name, 24) for r in others], fontsize=10)
+        ax.set_yticks(y, [_short(r.name, 24) for r in others], fontsize=12)
         ax.invert_yaxis()
-        ax.tick_params(axis="x", labelsize=9)
+        ax.tick_params(axis="x", labelsize=11)
         reach = [max(abs(p), abs(iv.hi) if iv.has_interval else 0, abs(iv.lo) if iv.has_interval else 0)
                  for p, iv in zip(points, intervals)] or [1.0]
         pad = 0.03 * (max(reach) or 1.0)
@@ -603,14 +603,30 @@ class Comparison:
             if r.syncs_per_step is None:
                 continue
             end = max(iv.point, iv.hi) if iv.has_interval else iv.point
-            ax.text(max(end, 0.0) + pad, yi, f"{r.syncs_per_step:g} syncs/step", va="center", fontsize=9)
+            ax.text(max(end, 0.0) + pad, yi, f"{r.syncs_per_step:g} syncs/step", va="center", fontsize=11)
         if any(r.syncs_per_step is not None for r in others):
-            ax.set_xlim(right=ax.get_xlim()[1] + 0.35 * (max(reach) or 1.0))
-        what = "median step time" if kind == "median" else "total time (throughput loss)"
-        level = (f"error bars: 95 % bootstrap interval over {self.rounds} rounds" if self.rounds > 1
-                 else "one round: no interval")
-        ax.set_xlabel(f"overhead of the {what} vs {_short(self.baseline, 22)} (%)\n{level}", fontsize=10)
+            ax.set_xlim(right=ax.get_xlim()[1] + 0.5 * (max(reach) or 1.0))
+        what = "median step time" if kind == "median" else "total time, reports included"
+        level = (f"bars: 95 % interval over {self.rounds} rounds" if self.rounds > 1 else "one round: no interval")
+        ax.set_xlabel(f"overhead of the {what} (%)\nvs {_short(self.baseline, 22)}; {level}", fontsize=12)
         return ax
+
+    def figure(self, kind: str = "throughput") -> Any:
+        """:meth:`plot` in a figure of its own, sized for a book page, detached from pyplot.
+
+        The figure is closed in pyplot, so that a notebook shows it only where it is
+        glued or displayed, not a second time at the end of the cell.
+
+        Example:
+            >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
+            >>> cmp.figure().axes[0].get_yticklabels()[0].get_text()
+            'b'
+        """
+        import matplotlib.pyplot as plt
+
+        ax = self.plot(kind=kind)
+        plt.close(ax.figure)
+        return ax.figure
 
 
 def _is_cuda(setup: Setup) -> bool:

@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from typing import Any
@@ -196,3 +197,49 @@ def environment_report() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "executable": sys.executable,
     }
+
+
+@dataclass
+class ChapterRun:
+    """The hardware and wall time of one run of a chapter, for the book's "run this chapter" box.
+
+    Made by :func:`chapter_run` in a chapter's first cell; :meth:`finish` in its last cell.
+
+    Example:
+        >>> run = ChapterRun("NVIDIA H200", started=0.0)
+        >>> run.seconds(now=125.0)
+        125.0
+    """
+
+    hardware: str
+    started: float
+
+    def seconds(self, now: float | None = None) -> float:
+        """Seconds since the run started (``now`` defaults to ``time.perf_counter()``)."""
+        return (time.perf_counter() if now is None else now) - self.started
+
+    def finish(self) -> float:
+        """Glue ``run_seconds`` (the wall time of the cells so far) for the box; returns it."""
+        from myst_nb import glue
+
+        seconds = self.seconds()
+        glue("run_seconds", round(seconds), display=False)
+        return seconds
+
+
+def chapter_run() -> ChapterRun:
+    """Start timing a chapter's run and glue ``run_hardware``: the GPU's name, or the CPU smoke run.
+
+    The chapter's box cites both values of its stored run: ``run_hardware`` here and
+    ``run_seconds`` from :meth:`ChapterRun.finish`. The time covers the cells between
+    the two calls, not the kernel's start.
+    """
+    from myst_nb import glue
+
+    profile = get_profile()
+    if profile.device.type == "cuda":
+        hardware = f"one {torch.cuda.get_device_name(profile.device)} ({profile.name} profile)"
+    else:
+        hardware = f"the CPU ({profile.name} profile, not a measurement)"
+    glue("run_hardware", hardware, display=False)
+    return ChapterRun(hardware, time.perf_counter())

@@ -382,8 +382,11 @@ def read_tensorboard(logdir: str | Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points) for tag, points in out.items()}
 
 
-def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = None) -> Any:
-    """One small line plot per tag of :func:`read_tensorboard`'s result; returns the axes.
+def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = None, ncols: int = 3) -> Any:
+    """One line plot per tag of :func:`read_tensorboard`'s result, ``ncols`` to a row; returns the axes.
+
+    Each panel's y axis spans its own values (so a curve that saturates at 1.0 shows
+    where it got there), with the tag as the title.
 
     Example:
         >>> axes = plot_scalars({"train/avg_loss": [(1, 2.0), (2, 1.5)]})
@@ -392,9 +395,16 @@ def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = Non
 
     if not scalars:
         raise ValueError("no scalars to plot: log some with log_to_tensorboard first.")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be an int >= 1, got {ncols!r}.")
     if axes is None:
-        _, axes = plt.subplots(1, len(scalars), figsize=(2.6 * len(scalars), 2.4), squeeze=False)
-        axes = axes[0]
+        cols = min(ncols, len(scalars))
+        rows = -(-len(scalars) // cols)
+        fig, grid = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.7 * rows), squeeze=False, layout="constrained")
+        axes = list(grid.flat)
+        for extra in axes[len(scalars):]:
+            fig.delaxes(extra)
+        axes = axes[:len(scalars)]
     else:
         axes = list(axes.flat) if hasattr(axes, "flat") else list(axes)
         if len(axes) < len(scalars):
@@ -402,8 +412,9 @@ def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = Non
                              "pass one Axes per tag, or axes=None to make them.")
     for ax, (tag, points) in zip(axes, sorted(scalars.items())):
         steps, values = zip(*points)
-        ax.plot(steps, values, marker="o", ms=3)
-        ax.set_title(tag, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.plot(steps, values, marker="o", ms=5)
+        ax.set_title(tag, fontsize=12)
+        ax.set_xlabel("step", fontsize=11)
+        ax.tick_params(labelsize=10)
+        ax.margins(y=0.15)
     return axes

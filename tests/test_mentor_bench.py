@@ -753,13 +753,14 @@ def test_plot(close_figures):
     cmp = table_comparison()
     ax = cmp.plot()
     others = [r.name for r in cmp.results[1:]]
-    assert tuple(ax.figure.get_size_inches()) == pytest.approx((6.4, 1.2 + 0.45 * 3))
+    assert tuple(ax.figure.get_size_inches()) == pytest.approx((5.6, 1.5 + 0.5 * 3))
     assert len(ax.patches) == 3  # one bar per non-baseline configuration
     assert [p.get_width() for p in ax.patches] == pytest.approx([cmp.overhead(n).point for n in others])
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["naive", "a configuration with a …", "not counted one"]  # 24 characters
-    assert all(t.get_fontsize() >= 9 for t in ax.get_yticklabels() + ax.get_xticklabels() + ax.texts)
-    assert ax.xaxis.label.get_fontsize() >= 9 and ax.get_title() == ""
+    # readable at phone width: the 5.6-inch figure shrinks to about 0.65 of its size there
+    assert all(t.get_fontsize() >= 11 for t in ax.get_yticklabels() + ax.get_xticklabels() + ax.texts)
+    assert ax.xaxis.label.get_fontsize() >= 11 and ax.get_title() == ""
     from matplotlib.container import ErrorbarContainer
 
     (errorbar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
@@ -770,12 +771,28 @@ def test_plot(close_figures):
         assert (seg[0][0], seg[1][0]) == pytest.approx((iv.lo, iv.hi))
     assert any(list(line.get_xdata()) == [0, 0] for line in ax.lines)  # the zero line
     assert [t.get_text() for t in ax.texts] == ["3 syncs/step", "0.5 syncs/step"]  # only where counted
-    assert "median step time vs no metrics" in ax.get_xlabel()
+    assert ax.get_xlabel() == ("overhead of the median step time (%)\n"
+                               "vs no metrics; bars: 95 % interval over 5 rounds")
     ax2 = cmp.plot(kind="throughput")
     assert [p.get_width() for p in ax2.patches] == pytest.approx(
         [cmp.overhead(n, "throughput").point for n in others])
+    assert ax2.get_xlabel().startswith("overhead of the total time, reports included (%)")
     with pytest.raises(ValueError, match=r"unknown kind 'max': pass one of \['median', 'throughput'\]"):
         cmp.plot(kind="max")
+
+
+def test_figure_is_the_throughput_plot_closed_in_pyplot(close_figures):
+    import matplotlib.pyplot as plt
+
+    cmp = table_comparison()
+    before = plt.get_fignums()
+    fig = cmp.figure()
+    assert plt.get_fignums() == before  # not shown again at the end of a notebook cell
+    (ax,) = fig.axes
+    assert [p.get_width() for p in ax.patches] == pytest.approx(
+        [cmp.overhead(r.name, "throughput").point for r in cmp.results[1:]])
+    assert [p.get_width() for p in cmp.figure("median").axes[0].patches] == pytest.approx(
+        [cmp.overhead(r.name).point for r in cmp.results[1:]])
 
 
 # ----------------------------------------------------------------------------------------------------------

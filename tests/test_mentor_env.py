@@ -1,5 +1,6 @@
 """CPU tests of mentor.env: profile selection, Profile.with_, needs_cuda, pick_device, environment_report."""
 
+import dataclasses
 import json
 
 import pytest
@@ -164,3 +165,31 @@ def test_environment_report_names_the_gpu():
     report = environment_report()
     assert report["gpu"] == torch.cuda.get_device_name() and report["gpu_count"] == torch.cuda.device_count()
     assert report["driver"]
+
+
+def test_chapter_run_glues_the_hardware_and_the_seconds(monkeypatch):
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.update({name: (value, display)}))
+    monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    clock = iter([100.0, 162.4])
+    monkeypatch.setattr(env.time, "perf_counter", lambda: next(clock))
+    run = env.chapter_run()
+    assert glued == {"run_hardware": ("the CPU (smoke profile, not a measurement)", False)}
+    assert run.started == 100.0
+    assert run.finish() == pytest.approx(62.4)
+    assert glued["run_seconds"] == (62, False)
+
+
+def test_chapter_run_names_the_gpu(monkeypatch):
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.update({name: value}))
+    full_on_cuda = dataclasses.replace(get_profile("smoke"), name="full", device=torch.device("cuda", 0))
+    monkeypatch.setattr(env, "get_profile", lambda: full_on_cuda)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    env.chapter_run()
+    assert glued["run_hardware"] == "one NVIDIA H200 (full profile)"

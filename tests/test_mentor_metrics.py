@@ -625,6 +625,21 @@ def test_plot_scalars_one_axes_per_tag(close_figures):
     assert list(x) == [1, 3, 5] and list(y) == [0.5, 0.25, 0.125]
 
 
+def test_plot_scalars_lays_out_a_grid_of_ncols(close_figures):
+    from mentor.metrics import plot_scalars
+
+    scalars = {f"t{i}": [(1, float(i)), (2, float(i) + 1)] for i in range(5)}
+    axes = plot_scalars(scalars)
+    fig = axes[0].figure
+    assert len(axes) == 5 and len(fig.axes) == 5  # the sixth cell of the 2 x 3 grid is removed
+    assert [ax.get_subplotspec().rowspan.start for ax in axes] == [0, 0, 0, 1, 1]
+    assert [ax.get_subplotspec().colspan.start for ax in axes] == [0, 1, 2, 0, 1]
+    assert tuple(fig.get_size_inches()) == (3.2 * 3, 2.7 * 2)
+    assert len(plot_scalars(scalars, ncols=5)[0].figure.axes) == 5
+    with pytest.raises(ValueError, match="ncols must be an int >= 1, got 0"):
+        plot_scalars(scalars, ncols=0)
+
+
 def test_plot_scalars_rejects_empty(close_figures):
     from mentor.metrics import plot_scalars
 

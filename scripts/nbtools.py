@@ -5,7 +5,8 @@
     python scripts/nbtools.py gpu-run [NB ...]  # execute in place with MENTOR_PROFILE=full and store provenance
     python scripts/nbtools.py check [NB ...]    # fail if a notebook's stored GPU run is not current
 
-Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/reproducibility.ipynb last.
+Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/intro.ipynb, then
+book/reproducibility.ipynb, last.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from nbformat import NotebookNode
 
 REPO = Path(__file__).resolve().parent.parent
 BOOK = REPO / "book"
-LAST = "reproducibility.ipynb"
-"""Reads the other notebooks' stored metadata, so gpu-run executes it after them."""
+LAST = ("intro.ipynb", "reproducibility.ipynb")
+"""Run after the chapters, in this order: the intro reads chapter 8's results file, and
+reproducibility.ipynb reads every notebook's stored metadata (the intro's included)."""
 CELL_SEPARATOR = "\n# ---- next code cell ----\n"
 KERNEL = "python3"
 TIMEOUT_S = 600
@@ -82,8 +84,8 @@ def toc_source(entry: str, root: Path = REPO) -> Path | None:
 
 
 def run_order(notebooks: Sequence[Path]) -> list[Path]:
-    """``notebooks`` in the given order, with reproducibility.ipynb moved to the end."""
-    return sorted(notebooks, key=lambda p: p.name == LAST)
+    """``notebooks`` in the given order, with intro.ipynb then reproducibility.ipynb moved to the end."""
+    return sorted(notebooks, key=lambda p: LAST.index(p.name) + 1 if p.name in LAST else 0)
 
 
 MENTOR = REPO / "mentor"

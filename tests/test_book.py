@@ -40,24 +40,10 @@ def test_toc_entries_exist() -> None:
 
 
 @pytest.mark.book
-def test_book_builds(tmp_path: Path) -> None:
+def test_book_builds(built_book) -> None:
     """jupyter-book builds a copy of the book with -W -n (the chapters that exist so far), one page per entry."""
-    present = [entry for entry in nbtools.toc_files() if nbtools.toc_source(entry) is not None]
-    assert present, "no entry of _toc.yml exists yet"
-    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
-    assert toc["root"] in present, f"the toc's root {toc['root']} is missing"
-    (tmp_path / "_toc.yml").write_text(yaml.safe_dump(prune_toc(toc, set(present)), sort_keys=False))
-    shutil.copy(REPO / "_config.yml", tmp_path)
-    shutil.copytree(REPO / "book", tmp_path / "book", ignore=nbtools.COPY_IGNORE)
-
-    jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
-    assert jupyter_book, f"jupyter-book is not installed next to {sys.executable}"
-    build = subprocess.run(
-        [jupyter_book, "build", str(tmp_path), "-W", "-n", "--keep-going"],
-        capture_output=True, text=True, cwd=tmp_path,
-    )
+    build, html, present = built_book
     assert build.returncode == 0, f"jupyter-book build failed:\n{build.stderr[-8000:]}\n{build.stdout[-2000:]}"
-    html = tmp_path / "_build" / "html"
     pages = [entry for entry in present if not (html / f"{entry}.html").is_file()]
     assert not pages, f"no HTML page for {pages}"
     assert (html / "index.html").is_file()

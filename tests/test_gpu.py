@@ -76,6 +76,20 @@ def test_classifier_syncs_and_fast_paths():
     assert count_syncs(fast.update, logits, target).count == 0
 
 
+def test_scatter_stat_scores_with_ignore_index_is_sync_free_and_matches_torchmetrics():
+    torch.manual_seed(0)
+    logits = torch.randn(64, 10, device="cuda")
+    target = torch.randint(0, 10, (64,), device="cuda")
+    target[::4] = -100  # a quarter of the labels ignored, as a loss with ignore_index=-100 would
+    fast = warm(scatter_stat_scores(MulticlassPrecision)(num_classes=10, ignore_index=-100).cuda(), logits, target)
+    report = count_syncs(fast.update, logits, target)
+    assert report.count == 0, report.table()
+    reference = MulticlassPrecision(num_classes=10, ignore_index=-100).cuda()
+    reference.update(logits, target)
+    reference.update(logits, target)
+    assert torch.equal(fast.compute(), reference.compute())
+
+
 def test_optimized_set_is_sync_free():
     ms = metric_set("optimized", num_classes=1000, device="cuda")
     logits = torch.randn(32, 1000, device="cuda")

@@ -92,10 +92,12 @@ def test_check_stale_and_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}" in out
 
 
-def test_run_order_puts_reproducibility_last() -> None:
-    """gpu-run executes reproducibility.ipynb after the notebooks whose metadata it reads."""
-    paths = [Path("book/reproducibility.ipynb"), Path("book/02.ipynb"), Path("book/01.ipynb")]
-    assert nbtools.run_order(paths) == [Path("book/02.ipynb"), Path("book/01.ipynb"), Path("book/reproducibility.ipynb")]
+def test_run_order_puts_intro_then_reproducibility_last() -> None:
+    """gpu-run executes the intro (it reads chapter 8's results) and then reproducibility.ipynb (it reads
+    every notebook's metadata) after the chapters."""
+    paths = [Path("book/reproducibility.ipynb"), Path("book/intro.ipynb"), Path("book/02.ipynb"), Path("book/01.ipynb")]
+    assert nbtools.run_order(paths) == [Path("book/02.ipynb"), Path("book/01.ipynb"), Path("book/intro.ipynb"),
+                                        Path("book/reproducibility.ipynb")]
 
 
 def test_smoke_runs_a_copy_with_the_smoke_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -59,6 +60,22 @@ class Profile:
     def is_cuda(self) -> bool:
         """True when this profile runs on a CUDA device."""
         return self.device.type == "cuda"
+
+    def __repr__(self) -> str:
+        """The dataclass repr, wrapped at 80 columns so that it fits a notebook output.
+
+        Example:
+            >>> print(repr(get_profile("smoke")).splitlines()[0])
+            Profile(name='smoke', device=device(type='cpu'), image_size=32, batch_size=8,
+        """
+        fields = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)]
+        lines, indent = ["Profile("], " " * len("Profile(")
+        for i, item in enumerate(fields):
+            item += ")" if i == len(fields) - 1 else ","
+            if len(lines[-1]) + 1 + len(item) > 80 and lines[-1].strip() not in ("", "Profile("):
+                lines.append(indent)  # a field never splits, even when it alone is longer than 80
+            lines[-1] += ("" if lines[-1].endswith("(") or not lines[-1].strip() else " ") + item
+        return "\n".join(lines)
 
     def with_(self, **changes: Any) -> Profile:
         """A copy with some fields changed, for example ``profile.with_(steps=20)``.
@@ -243,3 +260,78 @@ def chapter_run() -> ChapterRun:
         hardware = f"the CPU ({profile.name} profile, not a measurement)"
     glue("run_hardware", hardware, display=False)
     return ChapterRun(hardware, time.perf_counter())
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What ``make gpu-run`` stored in one notebook's metadata (``metadata["mentor"]``)."""
+
+    notebook: str
+    executed: str | None
+    """ISO date and time (UTC) of the run, or None when the notebook has no stored run."""
+    seconds: float | None
+    mentor_sha256: str | None
+    provenance: dict[str, Any]
+    """:func:`environment_report` of the machine that ran it."""
+
+
+def stored_runs(folder: str | os.PathLike[str] = ".", skip: tuple[str, ...] = ()) -> list[StoredRun]:
+    """The stored run of every notebook in ``folder`` (sorted by name), without the names in ``skip``.
+
+    Example:
+        >>> stored_runs("no-such-folder")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: stored_runs reads the notebooks of a folder, and no-such-folder is not one; pass the book's folder.
+    """
+    import json
+    from pathlib import Path
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"stored_runs reads the notebooks of a folder, and {folder} is not one; "
+                                "pass the book's folder.")
+    runs = []
+    for path in sorted(root.glob("*.ipynb")):
+        if path.name in skip:
+            continue
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("mentor")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+            raise ValueError(f"{path} is not a notebook (JSON with a metadata object): {err}") from None
+        if meta is None:
+            runs.append(StoredRun(path.name, None, None, None, {}))
+        else:
+            runs.append(StoredRun(path.name, meta.get("executed"), meta.get("duration_s"), meta.get("mentor_sha256"),
+                                  meta.get("provenance") or {}))
+    return runs
+
+
+def stored_runs_table(runs: list[StoredRun]) -> str:
+    """The runs as a table of at most 80 columns, then one line per machine and software they ran on.
+
+    Example:
+        >>> env = {"gpu": "NVIDIA H200", "torch": "2.11.0", "torchmetrics": "1.9.0"}
+        >>> print(stored_runs_table([StoredRun("a.ipynb", "2026-11-30T23:37:04+00:00", 70.46, "dfec03ca303d99", env),
+        ...                          StoredRun("b.ipynb", None, None, None, {})]))
+        notebook                   executed (UTC)    seconds  mentor
+        a.ipynb                    2026-11-30 23:37     70.5  dfec03ca303d
+        b.ipynb                    not executed by make gpu-run
+        a.ipynb: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0
+    """
+    lines = [f"{'notebook':<27}{'executed (UTC)':<17}{'seconds':>8}  mentor"]
+    machines: dict[str, list[str]] = {}
+    for run in runs:
+        if run.executed is None:
+            lines.append(f"{run.notebook:<27}not executed by make gpu-run")
+            continue
+        when = run.executed[:16].replace("T", " ")
+        seconds = "-" if run.seconds is None else f"{run.seconds:.1f}"
+        lines.append(f"{run.notebook:<27}{when:<17}{seconds:>8}  {(run.mentor_sha256 or '-')[:12]}")
+        env = run.provenance
+        machine = f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}, torchmetrics {env.get('torchmetrics')}"
+        machines.setdefault(machine, []).append(run.notebook)
+    for machine, names in machines.items():
+        who = "every run above" if len(names) == len(runs) and len(runs) > 1 else ", ".join(names)
+        lines.append(f"{who}: {machine}")
+    return "\n".join(lines)

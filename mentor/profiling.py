@@ -627,31 +627,56 @@ def record_steps(
 def audit(cases: dict[str, Callable[[], Any]]) -> str:
     """Run each callable once under :func:`sync_guard` and tabulate its syncs and where they happen.
 
-    Each callable is run once untimed first, so that first-call allocations do not count. A
-    site that torch's sync debug mode did not report carries its kind in brackets, e.g.
-    ``[torch.cuda.synchronize]``.
+    Each callable is run once untimed first, so that first-call allocations do not count. The
+    table is :func:`audit_table` of the reports.
 
     Example (needs CUDA):
         >>> print(audit({"item": lambda: x.item()}))           # doctest: +SKIP
-        item                             1  1x mentor_demo.py:3  x.item()
+        item                                                                 1 sync
+          1x mentor_demo.py:3
+             x.item()
     """
     if not isinstance(cases, dict) or not all(callable(f) for f in cases.values()):
         raise TypeError("audit takes a dict of {label: callable with no arguments}.")
     if not torch.cuda.is_available():
         raise RuntimeError("audit counts CUDA host-device syncs and torch sees no CUDA device here; "
                            "run it on a GPU machine (mentor.env.needs_cuda tells you when to skip).")
-    lines = []
+    reports = {}
     for label, fn in cases.items():
         fn()
         torch.cuda.synchronize()
-        report = count_syncs(fn)
-        sites = Counter((s.where, s.code, s.kind) for s in report.sites)
-        first = True
-        for (where, code, kind), n in (sites.items() or [(("", "", DEBUG_MODE), 0)]):
-            head = f"{label:<34}{report.count:>3}" if first else " " * 37
-            tag = "" if kind == DEBUG_MODE else f"  [{kind}]"
-            lines.append(f"{head}  {f'{n}x ' if n else ''}{where}  {code}{tag}".rstrip())
-            first = False
+        reports[label] = count_syncs(fn)
+    return audit_table(reports)
+
+
+AUDIT_WIDTH = 80
+
+
+def audit_table(reports: dict[str, SyncReport], width: int = AUDIT_WIDTH) -> str:
+    """One block per case: its label and sync count, then each triggering ``file:line`` with its count
+    and, indented below it, the source line (cut with "…" at ``width`` columns).
+
+    A site that torch's sync debug mode did not report carries its kind in brackets, e.g.
+    ``[torch.cuda.synchronize]``.
+
+    Example:
+        >>> site = SyncSite("/x/site-packages/torchmetrics/aggregation.py", 93, "update", ())
+        >>> print(audit_table({"update(loss)": SyncReport([site, site]), "nothing": SyncReport()}, width=40))
+        update(loss)                     2 syncs
+          2x torchmetrics/aggregation.py:93
+        nothing                          0 syncs
+    """
+    if not isinstance(width, int) or width < 30:
+        raise ValueError(f"width is the table's width in columns, an int of at least 30, not {width!r}.")
+    lines = []
+    for label, report in reports.items():
+        count = f"{report.count} sync" + ("" if report.count == 1 else "s")
+        lines.append(f"{label:<{width - len(count) - 1}} {count}")
+        for (where, code, kind), n in Counter((s.where, s.code, s.kind) for s in report.sites).items():
+            lines.append(f"  {n}x {where}" + ("" if kind == DEBUG_MODE else f"  [{kind}]"))
+            if code:
+                code = "     " + code
+                lines.append(code if len(code) <= width else code[:width - 1] + "…")
     return "\n".join(lines)
 
 

@@ -59,3 +59,21 @@ def test_workflows_pass_actionlint() -> None:
         [actionlint, "-no-color", *map(str, workflows)], capture_output=True, text=True, cwd=REPO
     )
     assert lint.returncode == 0, f"actionlint:\n{lint.stdout}{lint.stderr}"
+
+
+def test_local_inventories_are_current() -> None:
+    """book/_inv/*.inv list exactly the names and pages of scripts/inventories.py."""
+    check = subprocess.run([sys.executable, str(REPO / "scripts" / "inventories.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.book
+def test_api_reference_links_the_library_docs(built_book) -> None:
+    """Types in mentor's signatures link to the Python, PyTorch and TorchMetrics docs through intersphinx."""
+    _, html, _ = built_book
+    page = (html / "book" / "api.html").read_text()
+    for url in ("https://docs.pytorch.org/docs/stable/tensors.html#torch.Tensor",
+                "https://docs.python.org/3/library/pathlib.html#pathlib.Path",
+                "https://lightning.ai/docs/torchmetrics/stable/references/metric.html#torchmetrics.Metric"):
+        assert f'href="{url}"' in page, f"api.html has no link to {url}"

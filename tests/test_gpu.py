@@ -319,8 +319,9 @@ def test_sync_guard_restores_the_wrapped_calls_when_the_body_raises():
 
 
 def test_audit_shows_the_kind_of_a_wrapped_call():
-    table = audit({"device sync": lambda: torch.cuda.synchronize()})
-    assert table.startswith("device sync") and table.endswith("[torch.cuda.synchronize]"), table
+    table = audit({"device sync": lambda: torch.cuda.synchronize()}); line = _here()  # noqa: E702
+    assert table.splitlines()[:2] == [f"{'device sync':<73} 1 sync",
+                                      f"  1x tests/test_gpu.py:{line}  [torch.cuda.synchronize]"], table
 
 
 def test_blocking_copy_under_the_copy_wrapper_points_at_the_caller():

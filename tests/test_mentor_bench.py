@@ -874,3 +874,40 @@ def test_overhead_against_another_configuration_is_paired_too():
     assert cmp.verdict("b", against="c") == "faster"
     with pytest.raises(KeyError, match="no configuration 'zz'"):
         cmp.overhead("b", against="zz")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], None),  # the smoke profile's own values
+    (["--steps", "7", "--warmup", "0", "--rounds", "3"], {"steps": 7, "warmup": 0, "rounds": 3}),
+])
+def test_cli_passes_every_setting_and_prints_the_run(monkeypatch, capsys, tmp_path, argv, expected):
+    from mentor.env import get_profile
+
+    smoke = get_profile("smoke")
+    expected = expected or {"steps": smoke.steps, "warmup": smoke.warmup, "rounds": smoke.rounds}
+    seen = {}
+
+    def fake_compare(configs, setup, batches, **kwargs):
+        seen.update(kwargs, names=[c.name for c in configs], setup=setup)
+        return comparison(result("no metrics", [[1.0]]), result("x", [[2.0]]))
+
+    monkeypatch.setattr(bench, "compare", fake_compare)
+    monkeypatch.setattr(bench, "build_setup", lambda classes, device: ("setup", classes, device.type))
+    out = tmp_path / "cmp.json"
+    assert bench.main(["--profile", "smoke", *argv, "--json", str(out)]) == 0
+    assert seen == {**expected, "report_every": smoke.report_every, "seed": 0,
+                    "names": [c.name for c in bench.article_configs(smoke)],
+                    "setup": ("setup", smoke.num_classes, "cpu")}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"profile smoke on cpu: batch {smoke.batch_size}, {smoke.image_size} px, "
+                        f"{expected['rounds']} rounds of {expected['warmup']}+{expected['steps']} steps")
+    assert lines[-1] == f"wrote {out}" and [r.name for r in Comparison.load_json(out).results] == ["no metrics", "x"]
+
+
+@pytest.mark.parametrize("flag, value, low", [("--steps", "0", 1), ("--warmup", "-1", 0), ("--rounds", "0", 1)])
+def test_cli_names_the_bad_flag(monkeypatch, capsys, flag, value, low):
+    monkeypatch.setattr(bench, "compare", lambda *a, **k: pytest.fail("compare ran with a bad flag"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--profile", "smoke", flag, value])
+    assert exc.value.code == 2
+    assert f"{flag} must be at least {low}, got {value}" in capsys.readouterr().err

@@ -193,3 +193,52 @@ def test_chapter_run_names_the_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     env.chapter_run()
     assert glued["run_hardware"] == "one NVIDIA H200 (full profile)"
+
+
+@pytest.mark.parametrize("name", ["smoke", "a profile name, with spaces and commas, longer than the others"])
+def test_profile_repr_wraps_at_80_columns_and_evaluates_back(name):
+    profile = get_profile("smoke").with_(name=name, device=torch.device("cuda"), batch_size=128, num_classes=1000)
+    text = repr(profile)
+    assert max(map(len, text.splitlines())) <= 80 and len(text.splitlines()) >= 2, text
+    assert eval(text, {"Profile": Profile, "device": torch.device}) == profile
+
+
+def _notebook(path, mentor=None):
+    meta = {} if mentor is None else {"mentor": mentor}
+    path.write_text(json.dumps({"cells": [], "metadata": meta, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_stored_runs_reads_each_notebooks_metadata_and_tabulates_it(tmp_path):
+    from mentor.env import StoredRun, stored_runs, stored_runs_table
+
+    h200 = {"gpu": "NVIDIA H200", "torch": "2.11.0", "torchmetrics": "1.9.0", "driver": "580"}
+    _notebook(tmp_path / "b.ipynb", {"executed": "2026-11-30T23:38:15+00:00", "duration_s": 43.04,
+                                     "mentor_sha256": "0123456789abcdef", "provenance": h200})
+    _notebook(tmp_path / "a.ipynb", {"executed": "2026-11-30T23:37:04+00:00", "duration_s": 70.46,
+                                     "mentor_sha256": "fedcba9876543210", "provenance": {"torch": "2.9.0"}})
+    _notebook(tmp_path / "c.ipynb")
+    _notebook(tmp_path / "reproducibility.ipynb")
+    runs = stored_runs(tmp_path, skip=("reproducibility.ipynb",))
+    assert runs == [
+        StoredRun("a.ipynb", "2026-11-30T23:37:04+00:00", 70.46, "fedcba9876543210", {"torch": "2.9.0"}),
+        StoredRun("b.ipynb", "2026-11-30T23:38:15+00:00", 43.04, "0123456789abcdef", h200),
+        StoredRun("c.ipynb", None, None, None, {}),
+    ]
+    assert stored_runs_table(runs).splitlines() == [
+        "notebook                   executed (UTC)    seconds  mentor",
+        "a.ipynb                    2026-11-30 23:37     70.5  fedcba987654",
+        "b.ipynb                    2026-11-30 23:38     43.0  0123456789ab",
+        "c.ipynb                    not executed by make gpu-run",
+        "a.ipynb: CPU, torch 2.9.0, torchmetrics None",
+        "b.ipynb: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0",
+    ]
+    same = [runs[1], StoredRun("d.ipynb", "2026-11-30T23:39:00+00:00", 1.0, "0123456789abcdef", h200)]
+    assert stored_runs_table(same).splitlines()[-1] == "every run above: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0"
+
+
+def test_stored_runs_names_a_file_that_is_not_a_notebook(tmp_path):
+    from mentor.env import stored_runs
+
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    with pytest.raises(ValueError, match=r"broken.ipynb is not a notebook \(JSON with a metadata object\)"):
+        stored_runs(tmp_path)

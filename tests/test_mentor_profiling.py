@@ -1,6 +1,7 @@
 """CPU tests of mentor.profiling: profiler sessions, step_syncs on the H200 traces, sync reports, ranged_mean_metric."""
 
 import functools
+import inspect
 import sys
 import threading
 import warnings
@@ -31,6 +32,7 @@ from mentor.profiling import (
     _intercept,
     _targets,
     audit,
+    audit_table,
     count_syncs,
     is_pageable_d2h_copy,
     profiling_session,
@@ -289,6 +291,39 @@ def test_audit_needs_cuda():
     with pytest.raises(RuntimeError, match="no CUDA device"):
         audit({"append": lambda: calls.append(1)})
     assert calls == []
+
+
+def test_audit_table_fits_its_width_and_cuts_long_source_lines():
+    # a real file, so that the source text comes from linecache: this test's own lines
+    here = Path(__file__).resolve()
+    line = inspect.currentframe().f_lineno + 1
+    long_line = "x" * 120  # this line is longer than the table is wide once indented, so it is cut
+    short = SyncSite(str(here), line - 1, "test", ())
+    long = SyncSite(str(here), line, "test", ())
+    wrapped = SyncSite(str(here), line, "test", (), kind="torch.cuda.synchronize")
+    table = audit_table({"update(loss)": SyncReport([long, long, wrapped]), "one": SyncReport([short]),
+                         "none": SyncReport()})
+    assert long_line
+    assert table.splitlines() == [
+        f"{'update(loss)':<72} 3 syncs",
+        f"  2x tests/test_mentor_profiling.py:{line}",
+        ("     " + 'long_line = "x" * 120  # this line is longer than the table is wide once indented, so it is cut')[:79]
+        + "…",
+        f"  1x tests/test_mentor_profiling.py:{line}  [torch.cuda.synchronize]",
+        ("     " + 'long_line = "x" * 120  # this line is longer than the table is wide once indented, so it is cut')[:79]
+        + "…",
+        f"{'one':<73} 1 sync",
+        f"  1x tests/test_mentor_profiling.py:{line - 1}",
+        "     line = inspect.currentframe().f_lineno + 1",
+        f"{'none':<72} 0 syncs",
+    ]
+    assert max(map(len, table.splitlines())) == 80
+
+
+@pytest.mark.parametrize("width", [29, 80.0, None])
+def test_audit_table_rejects_a_bad_width(width):
+    with pytest.raises(ValueError, match=rf"width is the table's width in columns, an int of at least 30, not {width!r}"):
+        audit_table({}, width=width)
 
 
 def test_sync_site_kind_defaults_to_debug_mode_and_shows_in_the_table():

@@ -1,0 +1,204 @@
+"""The built book in headless Chromium, as a reader opens it: every page at a desktop and a phone width.
+
+Checked on every page at 1280 px and 390 px: no console errors or failed requests, every image loads, no
+glue placeholder is left, and (at 390 px) the page does not scroll sideways. Also: the phone's sidebar
+toggle opens the navigation, search finds a known word over http, and every internal link resolves to a
+file and an id. A page that fails leaves a screenshot in _build/browser-test/ (printed in the failure).
+
+The site_browser checks are themselves tested on small hand-made sites at the end of this file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import site_browser as sb
+
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = REPO / "_build" / "browser-test"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's package) through Playwright; fails with the install command when missing."""
+    if os.environ.get("MENTOR_SKIP_BROWSER") == "1":
+        pytest.skip("MENTOR_SKIP_BROWSER=1: the browser test is skipped")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("Playwright is not installed; " + sb.INSTALL_HINT, pytrace=False)
+    path = sb.chromium_path()
+    if path is None or not Path(path).is_file():
+        pytest.fail(f"no Chromium binary (looked for $MENTOR_CHROMIUM and `chromium` on PATH); {sb.INSTALL_HINT}",
+                    pytrace=False)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def site(built_book):
+    """(html folder, base URL, pages to open) of the built book, served over http."""
+    build, html, _ = built_book
+    if build.returncode != 0:
+        pytest.fail("the book did not build; see test_book_builds", pytrace=False)
+    pages = [rel for rel in sb.site_pages(html) if sb.redirect_target(html / rel) is None]
+    with sb.serve(html) as base:
+        yield html, base, pages
+
+
+@pytest.fixture(scope="session")
+def visits(browser, site):
+    """Every page opened at the desktop and the phone width."""
+    html, base, pages = site
+    shutil.rmtree(SHOTS, ignore_errors=True)  # only this run's failures
+    return {width: sb.visit_pages(browser, base, pages, width, SHOTS) for width in (sb.DESKTOP, sb.PHONE)}
+
+
+def _failures(visits: list[sb.Visit], failed) -> str:
+    bad = [visit.describe() for visit in visits if failed(visit)]
+    return f"{len(bad)} page(s):\n" + "\n".join(bad)
+
+
+def test_every_page_is_opened(site, visits):
+    html, _, pages = site
+    assert {"book/intro.html", "book/api.html", "search.html"} <= set(pages)
+    assert [v.page for v in visits[sb.PHONE]] == pages == [v.page for v in visits[sb.DESKTOP]]
+
+
+@pytest.mark.parametrize("width", [sb.DESKTOP, sb.PHONE])
+def test_no_console_errors_or_failed_requests(visits, width):
+    found = [v for v in visits[width] if v.console_errors or v.failed_requests]
+    assert not found, _failures(found, lambda v: True)
+
+
+@pytest.mark.parametrize("width", [sb.DESKTOP, sb.PHONE])
+def test_every_image_loads(visits, width):
+    found = [v for v in visits[width] if v.broken_images]
+    assert not found, _failures(found, lambda v: True)
+
+
+def test_images_are_there_to_load(visits):
+    # the figure pages really hold images: the image check is not vacuous
+    assert sum(1 for v in visits[sb.DESKTOP] if v.page.startswith("book/0")) >= 8
+
+
+@pytest.mark.parametrize("width", [sb.DESKTOP, sb.PHONE])
+def test_no_glue_placeholder_is_left(visits, width):
+    found = [v for v in visits[width] if v.glue_left]
+    assert not found, _failures(found, lambda v: True)
+
+
+def test_no_page_scrolls_sideways_at_phone_width(visits):
+    found = [v for v in visits[sb.PHONE] if v.overflow is not None]
+    assert not found, _failures(found, lambda v: True)
+
+
+def test_internal_links_resolve(site):
+    html, _, _ = site
+    broken = sb.broken_links(html, sb.site_pages(html))
+    assert not broken, "\n".join(broken)
+
+
+def _shot(page, name: str) -> str:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / name), full_page=True)
+    return f" (screenshot: {SHOTS / name})"
+
+
+@pytest.mark.parametrize("width", [sb.PHONE, 768])
+def test_the_sidebar_toggle_opens_the_navigation(browser, site, width):
+    _, base, _ = site
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(base + "book/05_weight.html", wait_until="load")
+        toggle = page.locator("button.primary-toggle").first
+        assert toggle.is_visible(), "no visible sidebar toggle" + _shot(page, f"toggle-{width}px.png")
+        toggle.click()
+        dialog = page.locator("dialog#pst-primary-sidebar-modal")
+        dialog.wait_for(state="visible", timeout=5000)
+        link = dialog.locator("a", has_text="The baseline").first
+        assert link.is_visible(), "the opened sidebar shows no chapter link" + _shot(page, f"toggle-{width}px.png")
+        link.click()
+        page.wait_for_url("**/01_baseline.html", timeout=5000)
+    finally:
+        context.close()
+
+
+def test_search_finds_a_known_word(browser, site):
+    _, base, _ = site
+    context = browser.new_context(viewport={"width": sb.DESKTOP, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(base + "search.html?q=torchmetrics", wait_until="load")
+        results = page.locator("#search-results li")
+        try:
+            results.first.wait_for(state="attached", timeout=15000)
+        except Exception:
+            pytest.fail("search for 'torchmetrics' listed no result" + _shot(page, "search.png"), pytrace=False)
+        assert results.count() >= 5, f"search for 'torchmetrics' listed {results.count()} results"
+    finally:
+        context.close()
+
+
+# --- the checks themselves, on hand-made sites ---
+
+BAD_PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>bad</title></head><body>
+<p>Step time {glue:text}`step_ms` ms.</p>
+<img src="missing.png" alt="gone">
+<img src="ok.svg" alt="fine">
+<div style="width: 600px">wide</div>
+<a href="good.html#there">ok</a> <a href="good.html#nowhere">bad id</a> <a href="nothing.html">no file</a>
+<script>console.error("boom");</script>
+</body></html>"""
+GOOD_PAGE = """<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>good</title></head><body>
+<p id="there">Fine.</p><img src="ok.svg" alt="fine"><a href="#there">self</a><a href="https://example.org/">out</a>
+</body></html>"""
+SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
+
+
+@pytest.fixture
+def toy_site(tmp_path):
+    (tmp_path / "bad.html").write_text(BAD_PAGE)
+    (tmp_path / "good.html").write_text(GOOD_PAGE)
+    (tmp_path / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=good.html" />')
+    (tmp_path / "ok.svg").write_text(SVG)
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "skip.html").write_text("asset folder, not a page")
+    return tmp_path
+
+
+def test_site_pages_and_redirects(toy_site):
+    assert sb.site_pages(toy_site) == ["bad.html", "good.html", "index.html"]
+    assert sb.redirect_target(toy_site / "index.html") == "good.html"
+    assert sb.redirect_target(toy_site / "good.html") is None
+
+
+def test_the_checks_find_each_fault_of_a_bad_page(browser, toy_site, tmp_path_factory):
+    shots = tmp_path_factory.mktemp("shots")
+    with sb.serve(toy_site) as base:
+        bad, good = sb.visit_pages(browser, base, ["bad.html", "good.html"], sb.PHONE, shots)
+    # Chromium also logs the 404 of the missing image as a console error
+    assert bad.console_errors[0] == "boom" and len(bad.console_errors) == 2, bad.console_errors
+    assert "404" in bad.console_errors[1], bad.console_errors
+    assert bad.failed_requests == [f"404 {base}missing.png"]
+    assert bad.broken_images == [f"{base}missing.png"]
+    assert bad.glue_left == ["{glue", "glue:text"]
+    assert bad.overflow is not None and bad.overflow >= 600
+    assert any(w.startswith("div") for w in bad.wide_elements), bad.wide_elements
+    assert bad.screenshot == shots / "bad.html-390px.png" and bad.screenshot.stat().st_size > 0
+    assert not good.failed and good.screenshot is None, good.describe()
+
+
+def test_broken_links_names_missing_files_and_ids(toy_site):
+    assert sb.broken_links(toy_site, ["bad.html", "good.html", "index.html"]) == [
+        "bad.html: good.html#nowhere (no id 'nowhere' in good.html)",
+        "bad.html: nothing.html (no file nothing.html)",
+    ]

@@ -6,6 +6,7 @@ One module per job:
 - ``mentor.data``: synthetic data (the article's dataset, loader, GPU-resident batches)
 - ``mentor.train``: the toy ResNet-18 setup and a training loop that times steps without syncing
 - ``mentor.metrics``: sync-free TorchMetrics variants, the article's metric sets, TensorBoard logging
+- ``mentor.suite``: the fused metric suite: mean loss and multiclass scores in one Metric, no sync per update
 - ``mentor.profiling``: profiler sessions, per-step sync counts, ``sync_guard`` and ``count_syncs``
 - ``mentor.trace``: reading Chrome traces: steps, syncs, GPU idle time, a timeline figure
 - ``mentor.bench``: interleaved comparisons of configurations (``python -m mentor.bench``)

@@ -99,6 +99,29 @@ def metrics_config(variant: str, num_classes: int, device: torch.device | str, n
     return Config(name or variant, make, METRIC_SETS[variant])
 
 
+def suite_config(num_classes: int, device: torch.device | str, name: str = "fused suite") -> Config:
+    """A :class:`Config` that updates one :class:`mentor.suite.FusedMetrics` every step and, at each report,
+    computes every value, reads them back in one copy and resets.
+
+    Example:
+        >>> on_step, on_report = suite_config(10, "cpu").make()
+        >>> callable(on_step), callable(on_report)
+        (True, True)
+    """
+    from mentor.suite import FusedMetrics
+
+    def make() -> Hooks:
+        suite = FusedMetrics(num_classes).to(device)
+
+        def on_report(_: int) -> None:
+            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+            suite.reset()
+
+        return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report
+
+    return Config(name, make, "mentor.suite.FusedMetrics: the loss mean and every score in one update per step")
+
+
 def report_positions(warmup: int, steps: int, report_every: int) -> list[int]:
     """0-based positions, among a run's ``steps`` timed steps, of the steps that call ``on_report``.
 
@@ -793,14 +816,40 @@ def article_configs(profile: Profile) -> list[Config]:
     return [cat["no metrics"], cat["naive"], cat["optimized"]]
 
 
+def available_configs(profile: Profile) -> dict[str, Config]:
+    """What ``python -m mentor.bench --configs`` can run: :func:`catalogue` plus the fused suite.
+
+    Example:
+        >>> from mentor.env import get_profile
+        >>> list(available_configs(get_profile("smoke")))[-1]
+        'fused suite'
+    """
+    return {**catalogue(profile), "fused suite": suite_config(profile.num_classes, profile.device)}
+
+
+DEFAULT_CONFIGS = ("no metrics", "naive", "optimized")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m mentor.bench [--profile full|smoke] [--rounds N] [--seed S] [--json out.json]``."""
+    """Command line: ``python -m mentor.bench [--list] [--configs A,B] [--batch N] [--image-size PX]
+    [--precision fp32|bf16] [--channels-last] [--profile full|smoke] [--steps N] [--warmup N] [--rounds N]
+    [--seed S] [--json out.json]``."""
     parser = argparse.ArgumentParser(prog="python -m mentor.bench", description=(
-        "Time ResNet-18 training steps with no metrics, the article's naive TorchMetrics set and "
-        "the optimized set, in rounds run in a seeded random order, and count syncs per step; overheads "
-        "come with paired bootstrap intervals over rounds."))
+        "Time ResNet-18 training steps under metric configurations (by default: no metrics, the article's "
+        "naive TorchMetrics set and its optimized set), in rounds run in a seeded random order, and count "
+        "syncs per step; overheads over the first configuration come with paired bootstrap intervals over "
+        "rounds."))
+    parser.add_argument("--list", action="store_true", help="list the configurations and exit")
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help="comma-separated configuration names, the first is the baseline "
+                             f"(default: {','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--profile", choices=["full", "smoke"], default=None,
                         help="run profile (default: full with CUDA, smoke without)")
+    parser.add_argument("--batch", type=int, help="images per step (default: the profile's)")
+    parser.add_argument("--image-size", type=int, help="image height and width in pixels (default: the profile's)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="fp32, or bf16 autocast around the forward pass and the loss (default: fp32)")
+    parser.add_argument("--channels-last", action="store_true", help="channels-last weights and images")
     parser.add_argument("--steps", type=int, help="timed steps per run (default: the profile's)")
     parser.add_argument("--warmup", type=int, help="untimed steps per run (default: the profile's)")
     parser.add_argument("--rounds", type=int,
@@ -812,18 +861,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from mentor.data import device_batches
 
-    for flag, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--rounds", args.rounds, 1)):
+    for flag, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--rounds", args.rounds, 1),
+                             ("--batch", args.batch, 1), ("--image-size", args.image_size, 32)):
         if value is not None and value < low:
             parser.error(f"{flag} must be at least {low}, got {value}")
+    if args.list:
+        for name, config in available_configs(get_profile(args.profile)).items():
+            print(f"{name:<24}{config.description}")
+        return 0
     profile = get_profile(args.profile)
+    profile = profile.with_(**{key: value for key, value in (("batch_size", args.batch),
+                                                              ("image_size", args.image_size)) if value is not None})
+    available = available_configs(profile)
+    names = [name.strip() for name in args.configs.split(",") if name.strip()]
+    unknown = [name for name in names if name not in available]
+    if unknown or len(names) < 2 or len(set(names)) != len(names):
+        parser.error(f"--configs takes two or more different names from --list, got {args.configs!r}"
+                     + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     steps = args.steps if args.steps is not None else profile.steps
     warmup = args.warmup if args.warmup is not None else profile.warmup
     rounds = args.rounds if args.rounds is not None else profile.rounds
+    layout = ", channels-last" if args.channels_last else ""
     print(f"profile {profile.name} on {profile.device}: batch {profile.batch_size}, "
-          f"{profile.image_size} px, {rounds} rounds of {warmup}+{steps} steps", flush=True)
-    setup = build_setup(profile.num_classes, profile.device)
+          f"{profile.image_size} px, {args.precision}{layout}, {rounds} rounds of {warmup}+{steps} steps", flush=True)
+    setup = build_setup(profile.num_classes, profile.device, precision=args.precision,
+                        channels_last=args.channels_last)
     batches = device_batches(profile.batch_size, profile.image_size, profile.num_classes, profile.device)
-    cmp = compare(article_configs(profile), setup, batches, steps=steps, warmup=warmup, rounds=rounds,
+    cmp = compare([available[name] for name in names], setup, batches, steps=steps, warmup=warmup, rounds=rounds,
                   report_every=profile.report_every, seed=args.seed)
     print(cmp.table())
     if args.json:

@@ -23,24 +23,45 @@ class Setup:
     criterion: torch.nn.Module
     optimizer: torch.optim.Optimizer
     device: torch.device
+    autocast: torch.dtype | None = None
+    """The dtype of ``torch.autocast`` around the forward pass and the loss, or None for none (fp32)."""
+    channels_last: bool = False
+    """Whether the model's weights and each step's images use the channels-last memory format."""
 
 
-def build_setup(num_classes: int = 1000, device: torch.device | str = "cpu", seed: int = 0) -> Setup:
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def build_setup(num_classes: int = 1000, device: torch.device | str = "cpu", seed: int = 0,
+                precision: str = "fp32", channels_last: bool = False) -> Setup:
     """ResNet-18 with random weights (nothing is downloaded), cross-entropy loss and SGD.
+
+    ``precision="bf16"`` runs the forward pass and the loss under ``torch.autocast`` with
+    bfloat16 (the weights and the optimizer stay fp32); ``channels_last=True`` stores the
+    weights and the images in the channels-last memory format.
 
     Example:
         >>> setup = build_setup(num_classes=10)
-        >>> type(setup.model).__name__, setup.device.type
-        ('ResNet', 'cpu')
+        >>> type(setup.model).__name__, setup.device.type, setup.autocast
+        ('ResNet', 'cpu', None)
+        >>> build_setup(num_classes=10, precision="bf16", channels_last=True).autocast
+        torch.bfloat16
     """
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}.")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}.")
+    if not isinstance(channels_last, bool):
+        raise ValueError(f"channels_last must be True or False, got {channels_last!r}.")
     device = torch.device(device)
     torch.manual_seed(seed)
     model = torchvision.models.resnet18(weights=None, num_classes=num_classes).to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    return Setup(model=model, criterion=criterion, optimizer=optimizer, device=device)
+    return Setup(model=model, criterion=criterion, optimizer=optimizer, device=device,
+                 autocast=PRECISIONS[precision], channels_last=channels_last)
 
 
 @dataclass
@@ -177,6 +198,7 @@ def train(
         if hook is not None and not callable(hook):
             raise TypeError(f"{name} must be callable or None, not {type(hook).__name__}.")
     model, criterion, optimizer, device = setup.model, setup.criterion, setup.optimizer, setup.device
+    memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     model.train()
     total = warmup + steps
     clock = _StepClock(device)
@@ -194,11 +216,19 @@ def train(
                 "endless stream such as mentor.data.device_batches(...) or a loader with enough batches."
             ) from None
         images, labels = _check_batch(index, batch)
-        images = images.to(device, non_blocking=True)
+        if setup.channels_last and images.dim() != 4:
+            raise ValueError(f"batch of step {index} has images of shape {tuple(images.shape)}; channels_last needs "
+                             "4-dim (N, C, H, W) images: pass image batches, or build_setup(channels_last=False).")
+        images = images.to(device, non_blocking=True, memory_format=memory_format)
         labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        output = model(images)
-        loss = criterion(output, labels)
+        if setup.autocast is None:
+            output = model(images)
+            loss = criterion(output, labels)
+        else:
+            with torch.autocast(device.type, dtype=setup.autocast):
+                output = model(images)
+                loss = criterion(output, labels)
         loss.backward()
         optimizer.step()
         now = time.perf_counter()

@@ -878,36 +878,82 @@ def test_overhead_against_another_configuration_is_paired_too():
 
 @pytest.mark.parametrize("argv, expected", [
     ([], None),  # the smoke profile's own values
-    (["--steps", "7", "--warmup", "0", "--rounds", "3"], {"steps": 7, "warmup": 0, "rounds": 3}),
+    (["--steps", "7", "--warmup", "0", "--rounds", "3", "--batch", "3", "--image-size", "40", "--precision", "bf16",
+      "--channels-last", "--configs", "no metrics, fused suite,naive"],
+     {"steps": 7, "warmup": 0, "rounds": 3, "batch": 3, "image_size": 40, "precision": "bf16", "channels_last": True,
+      "names": ["no metrics", "fused suite", "naive"]}),
 ])
 def test_cli_passes_every_setting_and_prints_the_run(monkeypatch, capsys, tmp_path, argv, expected):
     from mentor.env import get_profile
 
     smoke = get_profile("smoke")
-    expected = expected or {"steps": smoke.steps, "warmup": smoke.warmup, "rounds": smoke.rounds}
+    expected = {"steps": smoke.steps, "warmup": smoke.warmup, "rounds": smoke.rounds, "batch": smoke.batch_size,
+                "image_size": smoke.image_size, "precision": "fp32", "channels_last": False,
+                "names": ["no metrics", "naive", "optimized"], **(expected or {})}
     seen = {}
 
     def fake_compare(configs, setup, batches, **kwargs):
-        seen.update(kwargs, names=[c.name for c in configs], setup=setup)
+        images, labels = next(iter(batches))
+        seen.update(kwargs, names=[c.name for c in configs], setup=setup, images=tuple(images.shape))
         return comparison(result("no metrics", [[1.0]]), result("x", [[2.0]]))
 
     monkeypatch.setattr(bench, "compare", fake_compare)
-    monkeypatch.setattr(bench, "build_setup", lambda classes, device: ("setup", classes, device.type))
+    monkeypatch.setattr(bench, "build_setup", lambda classes, device, precision, channels_last:
+                        ("setup", classes, device.type, precision, channels_last))
     out = tmp_path / "cmp.json"
     assert bench.main(["--profile", "smoke", *argv, "--json", str(out)]) == 0
-    assert seen == {**expected, "report_every": smoke.report_every, "seed": 0,
-                    "names": [c.name for c in bench.article_configs(smoke)],
-                    "setup": ("setup", smoke.num_classes, "cpu")}
+    assert seen == {"steps": expected["steps"], "warmup": expected["warmup"], "rounds": expected["rounds"],
+                    "report_every": smoke.report_every, "seed": 0, "names": expected["names"],
+                    "setup": ("setup", smoke.num_classes, "cpu", expected["precision"], expected["channels_last"]),
+                    "images": (expected["batch"], 3, expected["image_size"], expected["image_size"])}
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == (f"profile smoke on cpu: batch {smoke.batch_size}, {smoke.image_size} px, "
-                        f"{expected['rounds']} rounds of {expected['warmup']}+{expected['steps']} steps")
+    layout = ", channels-last" if expected["channels_last"] else ""
+    assert lines[0] == (f"profile smoke on cpu: batch {expected['batch']}, {expected['image_size']} px, "
+                        f"{expected['precision']}{layout}, {expected['rounds']} rounds of "
+                        f"{expected['warmup']}+{expected['steps']} steps")
     assert lines[-1] == f"wrote {out}" and [r.name for r in Comparison.load_json(out).results] == ["no metrics", "x"]
 
 
-@pytest.mark.parametrize("flag, value, low", [("--steps", "0", 1), ("--warmup", "-1", 0), ("--rounds", "0", 1)])
+def test_cli_lists_the_configurations(capsys):
+    assert bench.main(["--profile", "smoke", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:24].rstrip() for line in lines] == list(bench.available_configs(get_profile("smoke")))
+    assert lines[-1] == f"{'fused suite':<24}mentor.suite.FusedMetrics: the loss mean and every score in one update per step"
+
+
+@pytest.mark.parametrize("configs, detail", [
+    ("no metrics,nonsense", " (unknown: nonsense)"),
+    ("no metrics", ""),
+    ("naive,naive", ""),
+])
+def test_cli_refuses_bad_configs(monkeypatch, capsys, configs, detail):
+    monkeypatch.setattr(bench, "compare", lambda *a, **k: pytest.fail("compare ran with bad --configs"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--profile", "smoke", "--configs", configs])
+    assert exc.value.code == 2
+    assert (f"--configs takes two or more different names from --list, got {configs!r}{detail}"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("flag, value, low", [("--steps", "0", 1), ("--warmup", "-1", 0), ("--rounds", "0", 1),
+                                             ("--batch", "0", 1), ("--image-size", "31", 32)])
 def test_cli_names_the_bad_flag(monkeypatch, capsys, flag, value, low):
     monkeypatch.setattr(bench, "compare", lambda *a, **k: pytest.fail("compare ran with a bad flag"))
     with pytest.raises(SystemExit) as exc:
         bench.main(["--profile", "smoke", flag, value])
     assert exc.value.code == 2
     assert f"{flag} must be at least {low}, got {value}" in capsys.readouterr().err
+
+
+def test_suite_config_updates_each_step_and_resets_at_each_report():
+    from mentor.train import Step
+
+    on_step, on_report = bench.suite_config(3, "cpu").make()
+    step = Step(0, torch.zeros(2, 3, 8, 8), torch.tensor([0, 2]), torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]),
+                torch.tensor(0.5), 0.01)
+    on_step(step)
+    on_step(step)
+    suite = on_step.__closure__[0].cell_contents if on_step.__closure__ else None
+    assert suite is not None and suite.tp.tolist() == [2, 0, 0] and suite.fn.tolist() == [0, 0, 2]
+    on_report(2)
+    assert suite.tp.tolist() == [0, 0, 0] and suite.loss_count.item() == 0

@@ -340,3 +340,35 @@ def test_train_switches_batchnorm_to_batch_statistics():
     model.eval()
     train(setup, iter(TINY_BATCHES[:1]), steps=1)
     assert model[1].num_batches_tracked.item() == 1  # only a BatchNorm in training mode counts batches
+
+
+def test_bf16_and_channels_last_reach_the_step():
+    from mentor.data import device_batches
+
+    setup = build_setup(num_classes=10, precision="bf16", channels_last=True)
+    seen = []
+    train(setup, device_batches(2, image_size=32, num_classes=10), steps=1,
+          on_step=lambda s: seen.append((s.output.dtype, s.loss.dtype,
+                                         s.images.is_contiguous(memory_format=torch.channels_last))))
+    assert seen == [(torch.bfloat16, torch.float32, True)]
+    assert next(setup.model.parameters()).dtype == torch.float32  # autocast leaves the weights in fp32
+    plain = build_setup(num_classes=10)
+    train(plain, device_batches(2, image_size=32, num_classes=10), steps=1,
+          on_step=lambda s: seen.append((s.output.dtype, s.images.is_contiguous())))
+    assert seen[-1] == (torch.float32, True)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"precision": "fp16"}, r"precision must be one of \['fp32', 'bf16'\], got 'fp16'\."),
+    ({"channels_last": "yes"}, r"channels_last must be True or False, got 'yes'\."),
+])
+def test_build_setup_refuses_bad_precision_and_layout(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build_setup(num_classes=10, **kwargs)
+
+
+def test_channels_last_needs_image_batches():
+    setup = build_setup(num_classes=10, channels_last=True)
+    batches = iter([(torch.randn(2, 3, 32), torch.tensor([0, 1]))])
+    with pytest.raises(ValueError, match=r"batch of step 0 has images of shape \(2, 3, 32\); channels_last needs 4-dim"):
+        train(setup, batches, steps=1)

@@ -1,0 +1,224 @@
+"""The fused metric suite: a training step's mean loss and multiclass scores in one torchmetrics Metric, no sync."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torchmetrics import Metric
+
+AVERAGES = ("micro", "macro", "weighted")
+SCORES = ("accuracy", "precision", "recall", "f1")
+
+
+class FusedMetrics(Metric):
+    """Mean loss, and accuracy, precision, recall and F1 of a multiclass classifier, from one update per step.
+
+    One :meth:`update` per training step adds the step's loss to a sum and counts the step's
+    true positives, false positives and false negatives per class with one ``scatter_add_``:
+    no host-device sync, no Python branch on tensor values, no shape that depends on the data.
+    Out-of-range labels are counted on the device and reported by :meth:`compute`.
+
+    :meth:`compute` returns a dict of 0-dim tensors: ``"loss"`` (the mean of the updates'
+    losses) and ``"{score}_{average}"`` for every score in ``accuracy, precision, recall, f1``
+    and every average in ``micro, macro, weighted``, with ``per_class=True`` also
+    ``"{score}_per_class"`` (one value per class). The values equal torchmetrics'
+    ``MeanMetric`` and ``Multiclass{Accuracy, Precision, Recall, F1Score}`` with the same
+    ``average``, ``ignore_index`` and ``zero_division`` on the same data: macro leaves out the
+    classes that appear in neither predictions nor targets, weighted weighs by support, and a
+    score whose denominator is 0 is ``zero_division``. A NaN loss makes the mean loss NaN (it
+    is not dropped, which would need a sync).
+
+    The states (``tp``, ``fp``, ``fn`` per class; ``loss_sum``, ``loss_count``;
+    ``invalid_labels``) all reduce with ``"sum"``, so torchmetrics' own ``sync_on_compute``
+    makes them agree across DDP ranks.
+
+    Args:
+        num_classes: number of classes, at least 2.
+        ignore_index: a target value whose positions are left out of the counts (padding), or None.
+        zero_division: 0 or 1, the score when its denominator is 0 (torchmetrics' argument).
+        per_class: also return the per-class scores.
+        **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``, ...).
+
+    Example:
+        >>> m = FusedMetrics(num_classes=3)
+        >>> m.update(torch.tensor(0.5), torch.tensor([[2.0, 0.1, 0.3], [0.2, 1.5, 0.0]]), torch.tensor([0, 1]))
+        >>> m.update(torch.tensor(0.25), torch.tensor([2, 2]), torch.tensor([2, 1]))
+        >>> {name: round(float(value), 4) for name, value in m.compute().items() if "micro" in name or name == "loss"}
+        {'loss': 0.375, 'accuracy_micro': 0.75, 'precision_micro': 0.75, 'recall_micro': 0.75, 'f1_micro': 0.75}
+    """
+
+    is_differentiable = False
+    higher_is_better = None
+    full_state_update = False
+
+    tp: torch.Tensor
+    fp: torch.Tensor
+    fn: torch.Tensor
+    loss_sum: torch.Tensor
+    loss_count: torch.Tensor
+    invalid_labels: torch.Tensor
+
+    def __init__(self, num_classes: int, ignore_index: int | None = None, zero_division: float = 0,
+                 per_class: bool = False, **kwargs: Any) -> None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an int of at least 2, got {num_classes!r}.")
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+            raise ValueError(f"ignore_index must be an int (the padding label, e.g. -100) or None, "
+                             f"got {ignore_index!r}.")
+        if zero_division not in (0, 1) or isinstance(zero_division, bool):
+            raise ValueError(f"zero_division must be 0 or 1 (as in torchmetrics), got {zero_division!r}.")
+        if not isinstance(per_class, bool):
+            raise ValueError(f"per_class must be True or False, got {per_class!r}.")
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.zero_division = float(zero_division)
+        self.per_class = per_class
+        for name in ("tp", "fp", "fn"):
+            self.add_state(name, torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("loss_sum", torch.zeros((), dtype=torch.get_default_dtype()), dist_reduce_fx="sum")
+        self.add_state("loss_count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("invalid_labels", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def _wrap_update(self, update: Callable[..., None]) -> Callable[..., None]:
+        """torchmetrics' wrapper without its update counter while torch.compile traces.
+
+        ``Metric._wrap_update`` adds 1 to ``self._update_count``, a Python int on a module, which
+        torch.compile treats as a constant: it guards on its value and recompiles at every step.
+        Under compilation this wrapper leaves the counter alone (``loss_count``, a state, counts
+        the steps instead); in eager mode it behaves as torchmetrics'.
+        """
+
+        @functools.wraps(update)
+        def wrapped(*args: Any, **kwargs: Any) -> None:
+            self._computed = None
+            if not torch.compiler.is_compiling():
+                self._update_count += 1
+            with torch.set_grad_enabled(self._enable_grad):
+                update(*args, **kwargs)
+
+        return wrapped
+
+    @property
+    def update_called(self) -> bool:
+        """Whether ``update`` ran since the last reset; after compiled updates only, this reads ``loss_count``
+        back (one sync, at ``compute()``)."""
+        return self._update_count > 0 or bool(self.loss_count > 0)
+
+    def update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add one step: its loss (a 0-dim tensor), its predictions (logits ``(N, C)`` or class indices ``(N,)``)
+        and its targets (class indices ``(N,)``)."""
+        _check_inputs(loss, preds, target, self.num_classes)
+        if target.device != self.tp.device:
+            raise ValueError(f"FusedMetrics is on {self.tp.device} and the inputs on {target.device}; "
+                             f"move it with .to({str(target.device)!r}) once, after creating it.")
+        c = self.num_classes
+        if preds.ndim == target.ndim + 1:
+            preds = preds.argmax(dim=1)
+        p, t = preds.reshape(-1).long(), target.reshape(-1).long()
+        pc, tc = p.clamp(0, c - 1), t.clamp(0, c - 1)
+        valid = (pc == p) & (tc == t)
+        if self.ignore_index is None:
+            counted = torch.ones_like(valid)
+        else:
+            counted = t != self.ignore_index
+        keep = counted & valid
+        hit = (pc == tc) & keep
+        # one scatter: row 0 true positives by target, row 1 predictions by class, row 2 support by class
+        index = torch.cat([tc, pc + c, tc + 2 * c])
+        counts = torch.zeros(3 * c, dtype=torch.long, device=p.device)
+        counts.scatter_add_(0, index, torch.cat([hit, keep, keep]).long())
+        tp, predicted, support = counts.view(3, c)
+        self.tp += tp
+        self.fp += predicted - tp
+        self.fn += support - tp
+        self.invalid_labels += (counted & ~valid).sum()
+        self.loss_sum += loss.detach().to(self.loss_sum.dtype)
+        self.loss_count += 1
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """The mean loss and every score (see the class docstring). Reads back one number, the count of invalid
+        labels, and raises ``ValueError`` when it is not 0."""
+        invalid = int(self.invalid_labels)  # one read-back per compute, none per update
+        if invalid:
+            raise ValueError(
+                f"{invalid} prediction(s) or target(s) outside 0..{self.num_classes - 1} reached FusedMetrics "
+                f"since its last reset and were left out of the counts; fix the labels, or pass "
+                f"ignore_index=<the padding label> (now {self.ignore_index}) to skip them.")
+        return {"loss": self.loss_sum / self.loss_count, **scores(self.tp, self.fp, self.fn, self.zero_division,
+                                                                  self.per_class)}
+
+
+def _check_inputs(loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> None:
+    """Shape and dtype checks only: they read no tensor values, so they never sync."""
+    if not isinstance(loss, torch.Tensor) or loss.ndim != 0 or not loss.is_floating_point():
+        raise ValueError(f"loss must be a 0-dim floating-point tensor (the step's mean loss), got "
+                         f"{_describe(loss)}; pass loss, not loss.item(), which would sync.")
+    if not isinstance(target, torch.Tensor) or target.ndim != 1 or target.is_floating_point():
+        raise ValueError(f"target must be a 1-dim integer tensor of class indices, got {_describe(target)}.")
+    if not isinstance(preds, torch.Tensor):
+        raise ValueError(f"preds must be a tensor of logits (N, C) or class indices (N,), got {_describe(preds)}.")
+    if preds.ndim == 2 and preds.is_floating_point():
+        if preds.shape != (target.shape[0], num_classes):
+            raise ValueError(f"logits must have shape (N, num_classes) = ({target.shape[0]}, {num_classes}), "
+                             f"got {tuple(preds.shape)}.")
+    elif preds.ndim != 1 or preds.is_floating_point() or preds.shape != target.shape:
+        raise ValueError(f"preds must be logits of shape ({target.shape[0]}, {num_classes}) or integer class "
+                         f"indices of shape ({target.shape[0]},), got {_describe(preds)}.")
+    if preds.device != target.device or loss.device != target.device:
+        raise ValueError(f"loss, preds and target must be on one device, got {loss.device}, {preds.device} and "
+                         f"{target.device}.")
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def scores(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor, zero_division: float = 0.0,
+           per_class: bool = False) -> dict[str, torch.Tensor]:
+    """Accuracy, precision, recall and F1 with micro, macro and weighted averages from per-class counts.
+
+    The arithmetic is torchmetrics' (``_safe_divide`` and ``_adjust_weights_safe_divide`` in
+    ``torchmetrics.utilities.compute``), in float32 as there, on the device and without a sync;
+    accuracy ignores ``zero_division``, as torchmetrics' does.
+
+    Example:
+        >>> s = scores(torch.tensor([1, 1, 0]), torch.tensor([0, 1, 0]), torch.tensor([1, 0, 0]))
+        >>> round(float(s["precision_macro"]), 4), round(float(s["recall_weighted"]), 4)
+        (0.75, 0.6667)
+    """
+    per = {
+        "accuracy": _divide(tp, tp + fn, 0.0),
+        "precision": _divide(tp, tp + fp, zero_division),
+        "recall": _divide(tp, tp + fn, zero_division),
+        "f1": _divide(2 * tp, 2 * tp + fn + fp, zero_division),
+    }
+    tps, fps, fns = tp.sum(), fp.sum(), fn.sum()
+    micro = {
+        "accuracy": _divide(tps, tps + fns, 0.0),
+        "precision": _divide(tps, tps + fps, zero_division),
+        "recall": _divide(tps, tps + fns, zero_division),
+        "f1": _divide(2 * tps, 2 * tps + fns + fps, zero_division),
+    }
+    present = (tp + fp + fn > 0).float()  # macro leaves out classes seen in neither preds nor targets
+    support = tp + fn
+    out = {}
+    for name in SCORES:
+        out[f"{name}_micro"] = micro[name]
+        out[f"{name}_macro"] = _divide(present * per[name], present.sum(), 0.0).sum()
+        out[f"{name}_weighted"] = _divide(support * per[name], support.sum(), 0.0).sum()
+        if per_class:
+            out[f"{name}_per_class"] = per[name]
+    return out
+
+
+def _divide(num: torch.Tensor, denom: torch.Tensor, zero_division: float) -> torch.Tensor:
+    """torchmetrics' ``_safe_divide``: float32 (or the input's float dtype), ``zero_division`` where denom is 0."""
+    num = num if num.is_floating_point() else num.float()
+    denom = denom if denom.is_floating_point() else denom.float()
+    return torch.where(denom != 0, num / denom, torch.full((), zero_division, dtype=num.dtype, device=num.device))

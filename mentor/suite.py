@@ -40,7 +40,7 @@ class FusedMetrics(Metric):
         ignore_index: a target value whose positions are left out of the counts (padding), or None.
         zero_division: 0 or 1, the score when its denominator is 0 (torchmetrics' argument).
         per_class: also return the per-class scores.
-        **kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``, ...).
+        ``**kwargs``: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``, ...).
 
     Example:
         >>> m = FusedMetrics(num_classes=3)

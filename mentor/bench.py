@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from mentor.env import Profile, environment_report, get_profile
-from mentor.metrics import METRIC_SETS, metric_set
+from mentor.metrics import ARTICLE_SETS, METRIC_SETS, metric_set
 from mentor.train import ReportHook, Setup, StepHook, build_setup, train
 
 Hooks = tuple[StepHook | None, ReportHook | None]
@@ -80,8 +80,11 @@ class Config:
             raise TypeError(f"Config.make must be a function returning (on_step, on_report), not {self.make!r}.")
 
 
-def metrics_config(variant: str, num_classes: int, device: torch.device | str, name: str | None = None) -> Config:
+def metrics_config(variant: str, num_classes: int, device: torch.device | str, name: str | None = None,
+                   **options: Any) -> Config:
     """A :class:`Config` that updates one of ``mentor.metrics.METRIC_SETS`` every step and reports periodically.
+
+    ``options`` (``compute_groups``, ``forward``) go to :func:`mentor.metrics.metric_set`.
 
     Example:
         >>> cfg = metrics_config("naive", num_classes=10, device="cpu")
@@ -91,9 +94,13 @@ def metrics_config(variant: str, num_classes: int, device: torch.device | str, n
     """
     if variant not in METRIC_SETS:
         raise ValueError(f"Unknown metric set {variant!r}: pass one of {list(METRIC_SETS)}.")
+    unknown = set(options) - {"compute_groups", "forward"}
+    if unknown:
+        raise TypeError(f"metrics_config got unknown option(s) {sorted(unknown)}; it takes compute_groups and forward.")
+    metric_set(variant, num_classes=2, **options)  # check the options now, not in the first run
 
     def make() -> Hooks:
-        ms = metric_set(variant, num_classes=num_classes, device=device)
+        ms = metric_set(variant, num_classes=num_classes, device=device, **options)
         return (lambda s: ms.update(s.loss, s.output, s.labels)), ms.report
 
     return Config(name or variant, make, METRIC_SETS[variant])
@@ -792,7 +799,8 @@ def step_time_config(name: str, device: str, update: str, sync_on_compute: bool 
 
 
 def catalogue(profile: Profile) -> dict[str, Config]:
-    """Every configuration the book measures, by name; chapters pick from it and the summary runs them all.
+    """Every configuration part I of the book measures, by name; its chapters pick from it and its summary runs
+    them all.
 
     Example:
         >>> from mentor.env import get_profile
@@ -801,7 +809,7 @@ def catalogue(profile: Profile) -> dict[str, Config]:
     """
     device = profile.device
     configs = [Config("no metrics", description="the training step alone")]
-    configs += [metrics_config(v, profile.num_classes, device) for v in METRIC_SETS]
+    configs += [metrics_config(v, profile.num_classes, device) for v in ARTICLE_SETS]
     configs += [
         step_time_config("step time: CPU", "cpu", "float"),
         step_time_config("step time: GPU float", str(device), "float"),
@@ -810,24 +818,269 @@ def catalogue(profile: Profile) -> dict[str, Config]:
     return {c.name: c for c in configs}
 
 
+DEFAULT_CONFIGS = ("no metrics", "naive", "optimized")
+"""The article's comparison, and what ``python -m mentor.bench`` runs without ``--configs``."""
+
+
 def article_configs(profile: Profile) -> list[Config]:
-    """The article's comparison: no metrics, the naive set and the optimized set."""
-    cat = catalogue(profile)
-    return [cat["no metrics"], cat["naive"], cat["optimized"]]
-
-
-def available_configs(profile: Profile) -> dict[str, Config]:
-    """What ``python -m mentor.bench --configs`` can run: :func:`catalogue` plus the fused suite.
+    """The article's comparison (``DEFAULT_CONFIGS``): no metrics, the naive set and the optimized set.
 
     Example:
         >>> from mentor.env import get_profile
-        >>> list(available_configs(get_profile("smoke")))[-1]
-        'fused suite'
+        >>> [c.name for c in article_configs(get_profile("smoke"))]
+        ['no metrics', 'naive', 'optimized']
     """
-    return {**catalogue(profile), "fused suite": suite_config(profile.num_classes, profile.device)}
+    cat = catalogue(profile)
+    return [cat[name] for name in DEFAULT_CONFIGS]
 
 
-DEFAULT_CONFIGS = ("no metrics", "naive", "optimized")
+def available_configs(profile: Profile) -> dict[str, Config]:
+    """What ``python -m mentor.bench --configs`` can run: :func:`catalogue`, the macro sets and the fused suite.
+
+    Example:
+        >>> from mentor.env import get_profile
+        >>> list(available_configs(get_profile("smoke")))[-3:]
+        ['macro', 'macro sync-free', 'fused suite']
+    """
+    extra = [metrics_config(v, profile.num_classes, profile.device) for v in METRIC_SETS if v not in ARTICLE_SETS]
+    extra.append(suite_config(profile.num_classes, profile.device))
+    return {**catalogue(profile), **{c.name: c for c in extra}}
+
+
+SWEEP_CONFIGS = ("no metrics", "naive", "optimized", "macro", "macro sync-free", "fused suite")
+"""The configurations part II compares at every operating point."""
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One training regime: batch size, image size, precision and memory format of the ResNet-18 step.
+
+    Example:
+        >>> OperatingPoint("bf16 b32", 32, precision="bf16", channels_last=True).label
+        'bf16 b32: batch 32, 224 px, bf16, channels-last'
+    """
+
+    name: str
+    batch_size: int
+    image_size: int = 224
+    precision: str = "fp32"
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        for label in ("batch_size", "image_size"):
+            value = getattr(self, label)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"OperatingPoint.{label} must be an int >= 1, got {value!r}.")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"OperatingPoint.precision must be 'fp32' or 'bf16', got {self.precision!r}.")
+
+    @property
+    def label(self) -> str:
+        """The name and every setting, for tables and legends."""
+        layout = ", channels-last" if self.channels_last else ""
+        return f"{self.name}: batch {self.batch_size}, {self.image_size} px, {self.precision}{layout}"
+
+
+OPERATING_POINTS = (
+    OperatingPoint("fp32 b128", 128),
+    OperatingPoint("fp32 b64", 64),
+    OperatingPoint("fp32 b32", 32),
+    OperatingPoint("bf16 b128", 128, precision="bf16", channels_last=True),
+    OperatingPoint("bf16 b32", 32, precision="bf16", channels_last=True),
+    OperatingPoint("bf16 b32 96px", 32, 96, precision="bf16", channels_last=True),
+)
+"""Part II's operating points: the article's step, then shorter ones (smaller batches, bf16 with channels-last,
+smaller images)."""
+
+
+def operating_points(profile: Profile) -> tuple[OperatingPoint, ...]:
+    """``OPERATING_POINTS`` on a CUDA profile; on the CPU smoke profile the same points shrunk to its sizes
+    (batch at most the profile's, the profile's image size), so that the code runs in seconds.
+
+    Example:
+        >>> from mentor.env import get_profile
+        >>> [(p.batch_size, p.image_size) for p in operating_points(get_profile("smoke"))][:2]
+        [(8, 32), (8, 32)]
+    """
+    if profile.is_cuda:
+        return OPERATING_POINTS
+    return tuple(OperatingPoint(p.name, min(p.batch_size, profile.batch_size), profile.image_size, p.precision,
+                                p.channels_last) for p in OPERATING_POINTS)
+
+
+def sweep(points: Sequence[OperatingPoint], profile: Profile, configs: Sequence[str] = SWEEP_CONFIGS, *,
+          steps: int, warmup: int, rounds: int, seed: int = 0, progress: bool = True) -> dict[str, Comparison]:
+    """One :func:`compare` of ``configs`` (names from :func:`available_configs`) at each operating point.
+
+    Each point gets its own model, built with the point's precision and memory format, and its
+    own data; the first configuration is every comparison's baseline. Returns the comparisons by
+    point name, in the order of ``points``.
+
+    Example:
+        >>> from mentor.env import get_profile
+        >>> p = get_profile("smoke")
+        >>> out = sweep(operating_points(p)[:1], p, ["no metrics", "fused suite"], steps=1, warmup=0, rounds=1,
+        ...             progress=False)
+        >>> list(out), out["fp32 b128"].batch_size
+        (['fp32 b128'], 8)
+    """
+    from mentor.data import device_batches
+
+    if not points or not all(isinstance(p, OperatingPoint) for p in points):
+        raise TypeError("points must be a non-empty sequence of mentor.bench.OperatingPoint, e.g. OPERATING_POINTS.")
+    available = available_configs(profile)
+    unknown = [name for name in configs if name not in available]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {unknown}: pass names from available_configs(), "
+                         f"e.g. {list(SWEEP_CONFIGS)}.")
+    out: dict[str, Comparison] = {}
+    for point in points:
+        if progress:
+            print(point.label, flush=True)
+        setup = build_setup(profile.num_classes, profile.device, precision=point.precision,
+                            channels_last=point.channels_last)
+        batches = device_batches(point.batch_size, point.image_size, profile.num_classes, profile.device)
+        out[point.name] = compare([available[name] for name in configs], setup, batches, steps=steps, warmup=warmup,
+                                  rounds=rounds, report_every=profile.report_every, seed=seed, progress=False)
+        out[point.name].settings["point"] = asdict(point)
+    return out
+
+
+def record_point(point: OperatingPoint, profile: Profile, config: str, trace_path: str | Path, *,
+                 active: int = 5, range_name: str = "metrics update") -> Path:
+    """Profile ``active`` training steps of ``config`` at ``point``, each metric update inside a
+    ``record_function(range_name)``, and write the trace (see :func:`mentor.trace.host_time`).
+
+    Example:
+        >>> import tempfile, os
+        >>> from mentor.env import get_profile
+        >>> from mentor.trace import host_time, load_trace
+        >>> p = get_profile("smoke").with_(num_classes=10)
+        >>> path = record_point(OperatingPoint("tiny", 2, 32), p, "fused suite",
+        ...                     os.path.join(tempfile.mkdtemp(), "t.json.gz"), active=2)
+        >>> host_time(load_trace(path), "metrics update").ranges
+        2
+    """
+    from mentor.data import device_batches
+    from mentor.profiling import record_steps
+
+    available = available_configs(profile)
+    if config not in available:
+        raise ValueError(f"unknown configuration {config!r}: pass a name from available_configs(), "
+                         f"e.g. {list(SWEEP_CONFIGS)}.")
+    on_step, _ = available[config].make()
+    if on_step is None:
+        raise ValueError(f"{config!r} updates no metric: pick a configuration with metrics.")
+    setup = build_setup(profile.num_classes, profile.device, precision=point.precision,
+                        channels_last=point.channels_last)
+    batches = device_batches(point.batch_size, point.image_size, profile.num_classes, profile.device)
+
+    def ranged(step: Any) -> None:
+        with torch.profiler.record_function(range_name):
+            on_step(step)
+
+    return record_steps(setup, batches, trace_path, ranged, warmup=2, active=active)
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def save_sweep(results: dict[str, Comparison], folder: str | Path) -> list[Path]:
+    """Write each comparison of :func:`sweep` to ``folder/NN_<point>.json``; :func:`load_sweep` reads them back.
+
+    Example:
+        >>> import tempfile
+        >>> cmp = Comparison([Result("a", "", [[10.0]]), Result("b", "", [[11.0]])], "a", 1)
+        >>> [p.name for p in save_sweep({"fp32 b128": cmp}, tempfile.mkdtemp())]
+        ['00_fp32_b128.json']
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("[0-9][0-9]_*.json"):
+        old.unlink()
+    return [cmp.save_json(folder / f"{k:02d}_{_slug(name)}.json") for k, (name, cmp) in enumerate(results.items())]
+
+
+def load_sweep(folder: str | Path) -> dict[str, Comparison]:
+    """The comparisons that :func:`save_sweep` wrote, by point name, in their order.
+
+    Example:
+        >>> import tempfile
+        >>> cmp = Comparison([Result("a", "", [[10.0]]), Result("b", "", [[11.0]])], "a", 1,
+        ...                  settings={"point": {"name": "fp32 b128"}})
+        >>> folder = tempfile.mkdtemp(); _ = save_sweep({"fp32 b128": cmp}, folder)
+        >>> list(load_sweep(folder))
+        ['fp32 b128']
+    """
+    paths = sorted(Path(folder).glob("[0-9][0-9]_*.json"))
+    if not paths:
+        raise FileNotFoundError(f"no sweep files (NN_<point>.json) in {folder}; write them with save_sweep().")
+    out = {}
+    for path in paths:
+        cmp = Comparison.load_json(path)
+        name = cmp.settings.get("point", {}).get("name", path.stem[3:])
+        out[name] = cmp
+    return out
+
+
+def sweep_table(results: dict[str, Comparison], kind: str = "throughput") -> str:
+    """Baseline step time and each configuration's overhead with its interval, one line per point.
+
+    Example:
+        >>> base = Result("none", "", [[10.0], [12.0]]); slow = Result("m", "", [[11.0], [13.2]])
+        >>> print(sweep_table({"p": Comparison([base, slow], "none", 4)}))
+        point           base ms  m
+        p                 11.00  +10.0 [10.0, 10.0]
+    """
+    if not results:
+        raise ValueError("results is empty: pass the dict that sweep() returns.")
+    first = next(iter(results.values()))
+    names = [r.name for r in first.results if r.name != first.baseline]
+    width = 20
+    lines = [f"{'point':<14}{'base ms':>9}  " + "".join(f"{_short(n, width):<{width}}" for n in names).rstrip()]
+    for point, cmp in results.items():
+        cells = "".join(f"{str(cmp.overhead(n, kind=kind)).replace(' %', ''):<{width}}" for n in names)
+        lines.append(f"{_short(point, 14):<14}{cmp[cmp.baseline].median_ms:>9.2f}  {cells}".rstrip())
+    return "\n".join(lines)
+
+
+def plot_sweep(results: dict[str, Comparison], kind: str = "throughput", ax: Any = None) -> Any:
+    """Overhead (%) with its interval against the baseline's median step time, one line per configuration.
+
+    The figure is closed in pyplot (glue or display it). Returns the figure.
+
+    Example:
+        >>> base = Result("none", "", [[10.0], [12.0]]); slow = Result("m", "", [[11.0], [13.2]])
+        >>> fig = plot_sweep({"p": Comparison([base, slow], "none", 4)})
+        >>> fig.axes[0].get_xlabel()
+        'step time without metrics (ms, median)'
+    """
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ValueError("results is empty: pass the dict that sweep() returns.")
+    first = next(iter(results.values()))
+    names = [r.name for r in first.results if r.name != first.baseline]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    points = list(results.items())
+    base_ms = [cmp[cmp.baseline].median_ms for _, cmp in points]
+    for k, name in enumerate(names):
+        ivs = [cmp.overhead(name, kind=kind) for _, cmp in points]
+        y = np.array([i.point for i in ivs])
+        err = np.array([[i.point - i.lo for i in ivs], [i.hi - i.point for i in ivs]])
+        ax.errorbar(np.array(base_ms) * (1 + 0.012 * (k - len(names) / 2)), y, yerr=err, marker="o", ms=4,
+                    capsize=2, lw=1, label=name)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("step time without metrics (ms, median)")
+    ax.set_ylabel("overhead over no metrics (%)")
+    for (point, _), x in zip(points, base_ms):
+        ax.annotate(point, (x, 0), xytext=(0, -14), textcoords="offset points", ha="center", fontsize=7, color="0.3")
+    ax.legend(fontsize=8, frameon=False)
+    plt.close(ax.figure)
+    return ax.figure
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -122,20 +122,19 @@ class FusedMetrics(Metric):
         pc, tc = p.clamp(0, c - 1), t.clamp(0, c - 1)
         valid = (pc == p) & (tc == t)
         if self.ignore_index is None:
-            counted = torch.ones_like(valid)
+            keep, invalid = valid, ~valid
         else:
             counted = t != self.ignore_index
-        keep = counted & valid
+            keep, invalid = counted & valid, counted & ~valid
         hit = (pc == tc) & keep
         # one scatter: row 0 true positives by target, row 1 predictions by class, row 2 support by class
         index = torch.cat([tc, pc + c, tc + 2 * c])
         counts = torch.zeros(3 * c, dtype=torch.long, device=p.device)
         counts.scatter_add_(0, index, torch.cat([hit, keep, keep]).long())
-        tp, predicted, support = counts.view(3, c)
-        self.tp += tp
-        self.fp += predicted - tp
-        self.fn += support - tp
-        self.invalid_labels += (counted & ~valid).sum()
+        rows = counts.view(3, c)
+        rows[1:] -= rows[0]  # predictions - tp = fp, support - tp = fn
+        torch._foreach_add_([self.tp, self.fp, self.fn], list(rows.unbind()))  # one kernel on CUDA
+        self.invalid_labels += invalid.sum()
         self.loss_sum += loss.detach().to(self.loss_sum.dtype)
         self.loss_count += 1
 

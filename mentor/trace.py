@@ -1,4 +1,4 @@
-"""Reading torch.profiler's Chrome-trace JSON: step windows, sync events, probable waits, GPU step spans, GPU idle time and a timeline figure."""
+"""Reading torch.profiler's Chrome-trace JSON: step windows, sync events, probable waits, where host time goes, GPU step spans, GPU idle time and a timeline figure."""
 
 from __future__ import annotations
 
@@ -245,6 +245,96 @@ def wait_events(trace: Trace, window: Event | None = None,
         if window is None or window.start <= e.start < window.end:
             found.append(e)
     return found
+
+
+LAUNCH_CALLS: tuple[str, ...] = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+"""Runtime and driver calls that launch a kernel."""
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """Where the host spent the time of one kind of range (per range, averaged), in microseconds.
+
+    ``waits`` are the calls of :func:`sync_events` and :func:`wait_events` that start inside the
+    range on its thread, ``launches`` the kernel launches (``LAUNCH_CALLS``), ``other_api`` the rest
+    of the CUDA runtime and driver calls; what remains of the range is Python, the dispatcher and
+    the operators' host code. Under the profiler every operator costs extra host time, so read the
+    shares, not the absolute values, as those of an unprofiled run.
+
+    Example:
+        >>> h = HostTime("metrics", 2, 100.0, 30.0, 20.0, 5.0, 4.0)
+        >>> h.rest_us
+        45.0
+    """
+
+    name: str
+    ranges: int
+    total_us: float
+    wait_us: float
+    launch_us: float
+    other_api_us: float
+    launches: float
+    """Kernel launches per range."""
+
+    @property
+    def rest_us(self) -> float:
+        """Python, dispatcher and operator host code: the range minus its waits and CUDA API calls."""
+        return self.total_us - self.wait_us - self.launch_us - self.other_api_us
+
+
+def host_time(trace: Trace, range_name: str, threshold_us: float = DEFAULT_WAIT_THRESHOLD_US) -> HostTime:
+    """Split the host time of every range named ``range_name`` (a ``record_function`` label) into waits, kernel
+    launches, other CUDA API calls and the rest, averaged over the ranges (see :class:`HostTime`).
+
+    Example:
+        >>> t = Trace([Event("metrics", "user_annotation", 0, 100, 1, 1),
+        ...            Event("cudaLaunchKernel", "cuda_runtime", 10, 5, 1, 1),
+        ...            Event("cudaStreamSynchronize", "cuda_runtime", 20, 40, 1, 1),
+        ...            Event("cudaMemsetAsync", "cuda_runtime", 70, 3, 1, 1),
+        ...            Event("cudaLaunchKernel", "cuda_runtime", 80, 5, 1, 2)])  # another thread
+        >>> h = host_time(t, "metrics")
+        >>> h.total_us, h.wait_us, h.launch_us, h.other_api_us, h.rest_us, h.launches
+        (100.0, 40.0, 5.0, 3.0, 52.0, 1.0)
+    """
+    _check_trace(trace)
+    ranges = [e for e in trace.events if e.name == range_name and e.cat not in GPU_CATEGORIES
+              and not e.cat.startswith("gpu_")]
+    if not ranges:
+        raise ValueError(f"the trace has no range named {range_name!r}; wrap the code in "
+                         f"torch.profiler.record_function({range_name!r}) while the profiler records.")
+    waits = {id(e) for e in sync_events(trace)} | {id(e) for e in wait_events(trace, threshold_us=threshold_us)}
+    api = trace.by_cat(*HOST_API_CATEGORIES)
+    total = wait = launch = other = launches = 0.0
+    for r in ranges:
+        total += r.dur
+        for e in api:
+            if e.tid != r.tid or e.pid != r.pid or not r.start <= e.start < r.end:
+                continue
+            if id(e) in waits:
+                wait += e.dur
+            elif e.name in LAUNCH_CALLS:
+                launch += e.dur
+                launches += 1
+            else:
+                other += e.dur
+    n = len(ranges)
+    return HostTime(range_name, n, total / n, wait / n, launch / n, other / n, launches / n)
+
+
+def host_time_table(rows: dict[str, HostTime]) -> str:
+    """One line per label: µs per range on the host, split as in :class:`HostTime`, and the launches per range.
+
+    Example:
+        >>> print(host_time_table({"suite": HostTime("metrics", 5, 100.0, 0.0, 30.0, 5.0, 20.0)}))
+        config               range us   waits  launches  other API    rest  kernels
+        suite                   100.0     0.0      30.0        5.0    65.0     20.0
+    """
+    lines = [f"{'config':<20}{'range us':>9}{'waits':>8}{'launches':>10}{'other API':>11}{'rest':>8}{'kernels':>9}"]
+    for label, h in rows.items():
+        name = label if len(label) <= 19 else label[:18] + "…"
+        lines.append(f"{name:<20}{h.total_us:>9.1f}{h.wait_us:>8.1f}{h.launch_us:>10.1f}{h.other_api_us:>11.1f}"
+                     f"{h.rest_us:>8.1f}{h.launches:>9.1f}")
+    return "\n".join(lines)
 
 
 def gpu_busy_intervals(trace: Trace, start: float, end: float) -> list[tuple[float, float]]:

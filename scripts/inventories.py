@@ -40,6 +40,7 @@ INVENTORIES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
     "torchmetrics": ("stable", {
         "torchmetrics.metric.Metric": ("class", "references/metric.html#torchmetrics.Metric"),
+        "torchmetrics.collections.MetricCollection": ("class", "pages/overview.html#metriccollection"),
         "torchmetrics.classification.stat_scores.MulticlassStatScores": (
             "class", "classification/stat_scores.html#torchmetrics.classification.MulticlassStatScores"),
     }),

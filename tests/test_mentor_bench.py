@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from mentor import bench
+from mentor.metrics import ARTICLE_SETS
 from mentor.bench import (Comparison, Config, Interval, Result, article_configs, catalogue, compare, metrics_config,
                           report_positions)
 from mentor.data import device_batches
@@ -78,15 +79,15 @@ def test_metrics_config_feeds_and_reports_a_metric_set(setup, batches):
     reported = []
     train(setup, batches, steps=2, on_step=on_step, on_report=lambda n: reported.append(on_report(n)),
           report_every=2)
-    assert len(reported) == 1 and reported[0]["step"] == 2.0
-    assert set(reported[0]) == {"step", "avg_loss", "accuracy", "precision", "recall", "f1_score"}
-    assert 0.0 <= reported[0]["accuracy"] <= 1.0 and reported[0]["avg_loss"] > 0
+    assert len(reported) == 1 and reported[0]["step"] == 2
+    assert set(reported[0]) == {"step", "loss", "accuracy", "precision", "recall", "f1_score"}
+    assert 0.0 <= reported[0]["accuracy"] <= 1.0 and reported[0]["loss"] > 0
 
 
 def test_metrics_config_fresh_hooks_per_make():
     cfg = metrics_config("naive", num_classes=10, device="cpu")
     (_, report_a), (_, report_b) = cfg.make(), cfg.make()
-    assert report_a.__self__ is not report_b.__self__  # a new MetricSet for every run
+    assert report_a.__self__ is not report_b.__self__  # a new LossAndScores for every run
 
 
 def test_metrics_config_rejects_unknown_variant():
@@ -98,7 +99,8 @@ def test_catalogue_and_article_configs():
     profile = get_profile("smoke")
     cat = catalogue(profile)
     assert all(name == c.name for name, c in cat.items())
-    assert "no metrics" in cat and set(METRIC_SETS) <= set(cat)
+    assert list(cat) == ["no metrics", *ARTICLE_SETS, "step time: CPU", "step time: GPU float",
+                         "step time: GPU tensor"]
     assert all(c.description for c in cat.values())
     assert [c.name for c in article_configs(profile)] == ["no metrics", "naive", "optimized"]
 
@@ -957,3 +959,127 @@ def test_suite_config_updates_each_step_and_resets_at_each_report():
     assert suite is not None and suite.tp.tolist() == [2, 0, 0] and suite.fn.tolist() == [0, 0, 2]
     on_report(2)
     assert suite.tp.tolist() == [0, 0, 0] and suite.loss_count.item() == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# part II: operating points and the sweep
+
+
+def test_available_configs_add_the_macro_sets_and_the_suite():
+    names = list(bench.available_configs(get_profile("smoke")))
+    assert names == [*catalogue(get_profile("smoke")), "macro", "macro sync-free", "fused suite"]
+    assert set(bench.SWEEP_CONFIGS) <= set(names) and bench.SWEEP_CONFIGS[0] == "no metrics"
+
+
+def test_operating_point_label_and_checks():
+    p = bench.OperatingPoint("x", 16, 64, "bf16", True)
+    assert p.label == "x: batch 16, 64 px, bf16, channels-last"
+    assert bench.OperatingPoint("y", 8).label == "y: batch 8, 224 px, fp32"
+    for kw, message in ((dict(batch_size=0), "batch_size must be an int >= 1, got 0"),
+                        (dict(batch_size=True), "batch_size must be an int >= 1, got True"),
+                        (dict(image_size=2.5), "image_size must be an int >= 1, got 2.5"),
+                        (dict(precision="fp16"), "precision must be 'fp32' or 'bf16', got 'fp16'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            bench.OperatingPoint("bad", **{"batch_size": 4, **kw})
+
+
+def test_operating_points_are_the_real_ones_on_cuda_and_shrunk_on_the_cpu():
+    smoke = get_profile("smoke")
+    assert bench.operating_points(smoke.with_(device=torch.device("cuda"))) == bench.OPERATING_POINTS
+    shrunk = bench.operating_points(smoke)
+    assert [(p.name, p.batch_size, p.image_size, p.precision, p.channels_last) for p in shrunk] == [
+        (p.name, min(p.batch_size, smoke.batch_size), smoke.image_size, p.precision, p.channels_last)
+        for p in bench.OPERATING_POINTS]
+    full = [(p.batch_size, p.image_size, p.precision, p.channels_last) for p in bench.OPERATING_POINTS]
+    assert full == [(128, 224, "fp32", False), (64, 224, "fp32", False), (32, 224, "fp32", False),
+                    (128, 224, "bf16", True), (32, 224, "bf16", True), (32, 96, "bf16", True)]
+
+
+def test_sweep_builds_each_point_and_compares_the_named_configs(monkeypatch):
+    seen = []
+
+    def fake_compare(configs, setup, batches, **kw):
+        images, _ = next(iter(batches))
+        seen.append(([c.name for c in configs], setup.autocast, setup.channels_last, tuple(images.shape), kw))
+        return Comparison([Result(c.name, "", [[1.0]]) for c in configs], configs[0].name, int(images.shape[0]))
+
+    monkeypatch.setattr(bench, "compare", fake_compare)
+    points = (bench.OperatingPoint("a", 2, 32), bench.OperatingPoint("b", 3, 40, "bf16", True))
+    out = bench.sweep(points, get_profile("smoke"), ["no metrics", "fused suite"], steps=4, warmup=1, rounds=2,
+                      seed=7, progress=False)
+    assert list(out) == ["a", "b"]
+    assert seen[0][:4] == (["no metrics", "fused suite"], None, False, (2, 3, 32, 32))
+    assert seen[1][:4] == (["no metrics", "fused suite"], torch.bfloat16, True, (3, 3, 40, 40))
+    assert seen[1][4] == dict(steps=4, warmup=1, rounds=2, report_every=get_profile("smoke").report_every, seed=7,
+                              progress=False)
+    assert out["b"].settings["point"] == {"name": "b", "batch_size": 3, "image_size": 40, "precision": "bf16",
+                                          "channels_last": True}
+
+
+def test_sweep_runs_on_the_cpu_and_round_trips_through_json(tmp_path):
+    profile = get_profile("smoke").with_(num_classes=10)
+    point = bench.OperatingPoint("tiny", 2, 32)
+    out = bench.sweep([point], profile, ["no metrics", "macro sync-free"], steps=2, warmup=0, rounds=1,
+                      progress=False)
+    cmp = out["tiny"]
+    assert [r.name for r in cmp.results] == ["no metrics", "macro sync-free"]
+    assert [len(r.step_ms) for r in cmp.results] == [2, 2]
+    back = Comparison.load_json(cmp.save_json(tmp_path / "tiny.json"))
+    assert back.settings["point"]["name"] == "tiny"
+
+
+def test_sweep_rejects_bad_input():
+    profile = get_profile("smoke")
+    with pytest.raises(TypeError, match="points must be a non-empty sequence of mentor.bench.OperatingPoint"):
+        bench.sweep([], profile, steps=1, warmup=0, rounds=1)
+    with pytest.raises(ValueError, match=r"unknown configuration\(s\) \['nope'\]: pass names from available_configs"):
+        bench.sweep(bench.OPERATING_POINTS[:1], profile, ["no metrics", "nope"], steps=1, warmup=0, rounds=1)
+
+
+def _two_points() -> dict:
+    a = Comparison([Result("none", "", [[10.0, 10.0], [10.0, 10.0]]),
+                    Result("m", "", [[11.0, 11.0], [11.0, 11.0]]),
+                    Result("n", "", [[12.0, 12.0], [13.0, 13.0]])], "none", 4)
+    b = Comparison([Result("none", "", [[5.0], [5.0]]), Result("m", "", [[6.0], [6.0]]),
+                    Result("n", "", [[5.0], [5.0]])], "none", 4)
+    return {"slow point": a, "fast": b}
+
+
+def test_sweep_table_pins_every_cell():
+    lines = bench.sweep_table(_two_points()).splitlines()
+    assert lines == [
+        "point           base ms  m                   n",
+        "slow point        10.00  +10.0 [10.0, 10.0]  +25.0 [20.0, 30.0]",
+        "fast               5.00  +20.0 [20.0, 20.0]  +0.0 [0.0, 0.0]",
+    ]
+    with pytest.raises(ValueError, match="results is empty: pass the dict that sweep"):
+        bench.sweep_table({})
+
+
+def test_plot_sweep_draws_each_config_against_the_base_step(close_figures):
+    fig = bench.plot_sweep(_two_points())
+    ax = fig.axes[0]
+    assert [c.get_label() for c in ax.containers] == ["m", "n"]
+    m, n = (c.lines[0] for c in ax.containers)
+    assert list(m.get_ydata()) == pytest.approx([10.0, 20.0]) and list(n.get_ydata()) == pytest.approx([25.0, 0.0])
+    # the x positions are the base step times, nudged apart by 1.2 % per configuration
+    assert list(m.get_xdata()) == pytest.approx([10.0 * 0.988, 5.0 * 0.988])
+    assert list(n.get_xdata()) == pytest.approx([10.0, 5.0])
+    assert [t.get_text() for t in ax.texts] == ["slow point", "fast"]
+    assert ax.get_ylabel() == "overhead over no metrics (%)"
+    with pytest.raises(ValueError, match="results is empty"):
+        bench.plot_sweep({})
+
+
+def test_record_point_ranges_every_update_and_rejects_bad_configs(tmp_path):
+    from mentor.trace import host_time, load_trace, step_windows
+
+    profile = get_profile("smoke").with_(num_classes=10)
+    point = bench.OperatingPoint("tiny", 2, 32)
+    path = bench.record_point(point, profile, "macro sync-free", tmp_path / "t.json.gz", active=3)
+    trace = load_trace(path)
+    assert len(step_windows(trace)) == 3 and host_time(trace, "metrics update").ranges == 3
+    with pytest.raises(ValueError, match="unknown configuration 'x': pass a name from available_configs"):
+        bench.record_point(point, profile, "x", tmp_path / "x.json")
+    with pytest.raises(ValueError, match="'no metrics' updates no metric"):
+        bench.record_point(point, profile, "no metrics", tmp_path / "x.json")

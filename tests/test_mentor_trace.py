@@ -486,3 +486,40 @@ def test_sync_site_caller_is_the_innermost_user_frame():
     assert site.kind == "debug mode"
     assert site.where == "torchmetrics/aggregation.py:93"
     assert site.caller == "book/metrics_user.py:17"
+
+
+def test_host_time_splits_each_range_and_averages():
+    from mentor.trace import host_time
+
+    t = Trace([
+        Event("metrics", "user_annotation", 0, 200, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 10, 6, 1, 1),
+        Event("cudaLaunchKernelExC", "cuda_runtime", 20, 4, 1, 1),
+        Event("cudaMemcpyAsync", "cuda_runtime", 30, 150, 1, 1),   # a probable wait (longer than 100 us)
+        Event("cudaEventRecord", "cuda_runtime", 185, 2, 1, 1),
+        Event("metrics", "user_annotation", 1000, 100, 1, 1),
+        Event("cuLaunchKernel", "cuda_driver", 1010, 10, 1, 1),
+        Event("cudaStreamSynchronize", "cuda_runtime", 1050, 30, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 1105, 5, 1, 1),    # after the range
+        Event("cudaLaunchKernel", "cuda_runtime", 1020, 5, 1, 9),    # another thread
+        Event("metrics", "gpu_user_annotation", 1000, 100, 0, 7),    # the GPU copy of the range: not a range
+    ])
+    h = host_time(t, "metrics")
+    assert (h.ranges, h.total_us, h.wait_us, h.launch_us, h.other_api_us, h.launches) == (
+        2, 150.0, 90.0, 10.0, 1.0, 1.5)
+    assert h.rest_us == 49.0
+    with pytest.raises(ValueError, match=r"no range named 'update'; wrap the code in "
+                                         r"torch.profiler.record_function\('update'\)"):
+        host_time(t, "update")
+
+
+def test_host_time_table_pins_every_column():
+    from mentor.trace import HostTime, host_time_table
+
+    table = host_time_table({"naive": HostTime("m", 3, 1234.5, 1000.0, 50.25, 4.0, 12.0),
+                             "a name longer than twenty": HostTime("m", 1, 10.0, 0.0, 1.0, 0.0, 1.0)})
+    assert table.splitlines() == [
+        "config               range us   waits  launches  other API    rest  kernels",
+        "naive                  1234.5  1000.0      50.2        4.0   180.2     12.0",
+        "a name longer than…      10.0     0.0       1.0        0.0     9.0      1.0",
+    ]

@@ -1,0 +1,74 @@
+"""CUDA paths of part II's tools: update_cost's counts and queue, host_time on a real trace, the macro sets and
+LossAndScores' single read-back. Run with `pytest -m gpu`."""
+
+import pytest
+import torch
+
+from mentor.metrics import metric_set
+from mentor.profiling import count_syncs
+from mentor.update_cost import update_cost
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def test_update_cost_of_one_kernel_is_timed_behind_the_sleep():
+    x = torch.zeros(1000, device="cuda")
+    cost = update_cost("add", lambda: x.add_(1), repeats=5)
+    assert (cost.syncs, cost.kernels, cost.copies, cost.queue) == (0, 1, 0, "full")
+    assert len(cost.repeats_us) == 5 and 0 < cost.host_us < 1000
+
+
+def test_update_cost_of_a_read_back_is_timed_with_an_idle_gpu():
+    x = torch.ones(1000, device="cuda")
+    cost = update_cost("item", lambda: x.sum().item(), repeats=3)
+    assert (cost.syncs, cost.kernels, cost.copies, cost.queue) == (1, 1, 1, "idle")
+
+
+def test_the_sleep_is_still_running_when_the_timed_calls_end():
+    from mentor.update_cost import _sleep_cycles_per_ms, _time_behind_sleep
+
+    x = torch.zeros(10, device="cuda")
+    per_ms = _sleep_cycles_per_ms()
+    assert _time_behind_sleep(lambda: x.add_(1), 10, per_ms, 50.0) is not None
+    # a call that waits for the GPU outlasts any sleep: the check must notice
+    assert _time_behind_sleep(lambda: torch.cuda.synchronize(), 1, per_ms, 5.0) is None
+
+
+def test_host_time_finds_the_wait_of_an_item_in_a_range(tmp_path):
+    from mentor.profiling import profiling_session
+    from mentor.trace import host_time, load_trace
+
+    x = torch.randn(4096, 4096, device="cuda")
+    path = tmp_path / "t.json.gz"
+    with profiling_session(path, wait=0, warmup=1, active=2) as prof:
+        for _ in range(3):
+            y = x @ x  # keeps the GPU busy, so that the read-back below waits
+            with torch.profiler.record_function("read"):
+                y.sum().item()
+            prof.step()
+    h = host_time(load_trace(path), "read")
+    assert h.ranges == 2 and h.launches >= 1
+    assert h.wait_us > 0.5 * h.total_us  # the matmul (about a millisecond) is waited for inside the range
+
+
+@pytest.mark.parametrize("variant, syncs", [("macro sync-free", 0), ("optimized", 0)])
+def test_sync_free_metric_sets_make_no_sync_per_update(variant, syncs):
+    ms = metric_set(variant, num_classes=1000, device="cuda")
+    logits = torch.randn(64, 1000, device="cuda")
+    target = torch.randint(0, 1000, (64,), device="cuda")
+    loss = torch.rand((), device="cuda")
+    ms.update(loss, logits, target)
+    report = count_syncs(ms.update, loss, logits, target)
+    assert report.count == syncs, report.table()
+
+
+def test_read_reads_the_values_back_in_one_copy():
+    ms = metric_set("macro sync-free", num_classes=10, device="cuda")
+    ms.update(torch.tensor(1.0, device="cuda"), torch.eye(10, device="cuda"), torch.arange(10, device="cuda"))
+    values = ms.compute()
+    report = count_syncs(lambda: __import__("mentor.metrics").metrics.read_values(values))
+    assert report.count == 1, report.table()
+    assert ms.read() == {"loss": 1.0, "accuracy": 1.0, "f1_score": 1.0, "precision": 1.0, "recall": 1.0}

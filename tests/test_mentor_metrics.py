@@ -782,3 +782,10 @@ def test_collection_ways_compute_the_same_values_and_group_as_documented():
         assert got == pytest.approx(reference, rel=1e-6, abs=1e-7), key
     with pytest.raises(ValueError, match=r"way must be one of \['separate metrics', .*\], got 'both'"):
         collection_way("both", 6)
+
+
+def test_collection_way_defaults_to_the_cpu():
+    from mentor.metrics import collection_way
+
+    step = collection_way("explicit groups", 3)
+    assert step.metrics["accuracy"].tp.device.type == "cpu"

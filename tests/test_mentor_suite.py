@@ -263,3 +263,12 @@ def test_inputs_on_another_device_than_the_metric_are_refused():
     meta = dict(device="meta")
     with pytest.raises(ValueError, match=r"FusedMetrics is on cpu and the inputs on meta; move it with \.to\('meta'\)"):
         suite.update(torch.zeros((), **meta), torch.zeros(2, 3, **meta), torch.zeros(2, dtype=torch.long, **meta))
+
+
+def test_scores_default_to_zero_division_0_for_an_absent_class():
+    from mentor.suite import scores
+
+    # class 1 is never predicted nor present: its precision, recall and F1 are 0/0
+    out = scores(torch.tensor([2, 0]), torch.tensor([0, 0]), torch.tensor([1, 0]), per_class=True)
+    assert out["precision_per_class"].tolist() == [1.0, 0.0]
+    assert out["recall_per_class"].tolist() == pytest.approx([2 / 3, 0.0])

@@ -138,3 +138,12 @@ def test_book_updates_cover_the_books_metrics_and_each_one_updates():
     suite_ignore = [c.cell_contents for c in cases["FusedMetrics, ignore"].__closure__
                     if type(c.cell_contents).__name__ == "FusedMetrics"][0]
     assert int(suite_ignore.loss_count) == 1 and int(suite_ignore.tp.sum() + suite_ignore.fn.sum()) == 14  # 2 of 16 ignored
+
+
+def test_defaults_are_three_warmup_calls_and_21_repeats(clock):
+    calls = []
+    update_cost("m", lambda: calls.append(1))
+    assert len(calls) == 3 + 21
+    calls.clear()
+    update_costs({"m": lambda: calls.append(1)})
+    assert len(calls) == 3 + 21

@@ -12,6 +12,7 @@ book/reproducibility.ipynb, last.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import datetime as dt
 import hashlib
@@ -102,6 +103,79 @@ def mentor_hash(package: Path | None = None) -> str:
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+MAGIC_LINE = re.compile(r"^\s*[%!].*$", re.MULTILINE)
+MENTOR_NAME = re.compile(r"\bmentor((?:\.\w+)*)")
+
+
+def _is_doc(node: ast.AST) -> bool:
+    """A bare string statement: a docstring or a comment-like string, which imports nothing."""
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def imported_modules(source: str, module: str = "") -> set[str]:
+    """Dotted names of the ``mentor`` modules that Python ``source`` may import.
+
+    Counts ``import mentor.x``, ``from mentor import x``, relative imports inside the package
+    (``module`` is the dotted name of the file being read) and, to catch ``python -m mentor.x``
+    launches, any string constant that names ``mentor.x`` (docstrings excepted). IPython magic and
+    shell lines are skipped. It over-counts rather than misses: a name that is not a module of the
+    package is dropped later by :func:`mentor_sources`.
+
+    >>> sorted(imported_modules("from mentor.bench import compare\\nimport mentor.trace as t"))
+    ['mentor.bench', 'mentor.trace']
+    """
+    tree = ast.parse(MAGIC_LINE.sub("", source))
+    docs = {id(node.value) for node in ast.walk(tree) if _is_doc(node)}
+    package = module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            names.update("mentor" + match for match in MENTOR_NAME.findall(node.value))
+    return {name for name in names if name == "mentor" or name.startswith("mentor.")}
+
+
+def _module_file(name: str, package: Path) -> Path | None:
+    """The file of dotted module ``name`` inside ``package`` (named ``mentor``), or None if it is not one."""
+    parts = name.split(".")[1:]
+    for candidate in (package.joinpath(*parts).with_suffix(".py") if parts else None,
+                      package.joinpath(*parts, "__init__.py")):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def mentor_sources(nb: NotebookNode, package: Path | None = None) -> dict[str, str]:
+    """SHA-256 of each ``mentor`` file that ``nb``'s code imports, directly or through other modules.
+
+    Keys are paths relative to the package (``bench.py``); the package's ``__init__.py`` is included
+    whenever any module is, since Python imports it first. A change to a module that the notebook
+    never reaches cannot change its outputs, so only these files make its stored run stale.
+    """
+    package = MENTOR if package is None else package
+    code = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    pending, seen = list(imported_modules(code)), set()
+    while pending:
+        name = pending.pop()
+        path = _module_file(name, package)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        pending.append(name.rpartition(".")[0] if "." in name else name)  # the parent package runs first
+        pending.extend(imported_modules(path.read_text(), module=name if path.name != "__init__.py" else name + ".x"))
+    files = {_module_file(name, package) for name in seen}
+    return {str(path.relative_to(package)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(f for f in files if f is not None)}
 
 
 def outputs_hash(nb: NotebookNode) -> str:
@@ -242,6 +316,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
                 "duration_s": round(seconds, 3),
                 "code_sha256": code_hash(nb),
                 "mentor_sha256": mentor_hash(),
+                "mentor_sources": mentor_sources(nb),
             }
             nbformat.write(nb, nb_path)
             nb = nbformat.read(nb_path, as_version=4)  # hash the outputs exactly as stored
@@ -282,7 +357,14 @@ def stale(notebooks: Sequence[Path]) -> list[str]:
         else:
             if meta["code_sha256"] != code_hash(nb):
                 reasons.append("code cells changed since its stored GPU run")
-            if meta.get("mentor_sha256") != package:
+            recorded = meta.get("mentor_sources")
+            if recorded is not None:
+                current = mentor_sources(nb)
+                changed = sorted(f for f in set(recorded) | set(current) if recorded.get(f) != current.get(f))
+                if changed:
+                    reasons.append(f"the mentor source it imports changed since its stored GPU run "
+                                   f"({', '.join('mentor/' + f for f in changed)})")
+            elif meta.get("mentor_sha256") != package:
                 reasons.append("the mentor package changed since its stored GPU run" if meta.get("mentor_sha256")
                                else "its stored GPU run does not record the mentor source it ran with")
             if meta.get("outputs_sha256") != outputs_hash(nb):

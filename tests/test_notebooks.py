@@ -136,7 +136,9 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     nb = nbformat.read(first, as_version=4)
     assert nb.cells[1].outputs[0]["text"].split() == ["smoke", str(tmp_path.resolve())]
     stored = nb.metadata["mentor"]
-    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256", "mentor_sha256", "outputs_sha256"}
+    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256", "mentor_sha256", "mentor_sources",
+                           "outputs_sha256"}
+    assert stored["mentor_sources"] == {}  # the notebook imports nothing from mentor
     assert stored["mentor_sha256"] == nbtools.mentor_hash()
     assert stored["outputs_sha256"] == nbtools.outputs_hash(nb)
     assert stored["code_sha256"] == nbtools.code_hash(nb) and stored["duration_s"] > 0
@@ -175,6 +177,7 @@ def test_check_passes_on_a_current_run(tmp_path: Path, fake_mentor: Path) -> Non
 
 
 def test_check_fails_when_mentor_changes(tmp_path: Path, fake_mentor: Path) -> None:
+    """A run that records only the whole package's hash (made before per-module hashes) goes stale on any change."""
     path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)"), fake_mentor)
     (fake_mentor / "bench.py").write_text("X = 2\n")
     assert nbtools.stale([path]) == [
@@ -182,6 +185,72 @@ def test_check_fails_when_mentor_changes(tmp_path: Path, fake_mentor: Path) -> N
     (fake_mentor / "bench.py").write_text("X = 1\n")
     (fake_mentor / "new.py").write_text("")  # a new module counts too
     assert len(nbtools.stale([path])) == 1
+
+
+@pytest.fixture
+def layered_mentor(fake_mentor: Path) -> Path:
+    """__init__ <- env; bench imports env at the top and trace inside a function; ddp and worker are unused."""
+    (fake_mentor / "__init__.py").write_text('"""Mentions mentor.ddp in its docstring only."""\n')
+    (fake_mentor / "env.py").write_text("PROFILE = 'full'\n")
+    (fake_mentor / "trace.py").write_text("from . import env\n")
+    (fake_mentor / "bench.py").write_text(
+        "from mentor.env import PROFILE\n\ndef plot():\n    from .trace import env\n    return env\n")
+    (fake_mentor / "ddp.py").write_text("X = 1\n")
+    (fake_mentor / "worker.py").write_text("import mentor.ddp\n")
+    return fake_mentor
+
+
+def test_imported_modules_reads_every_way_to_import() -> None:
+    code = ("%matplotlib inline\nimport mentor.trace as t\nfrom mentor import bench, suite\n"
+            "from mentor.metrics import host_scalar\nimport os, torch\n"
+            "cmd = ['python', '-m', 'mentor.worker', '--steps', '3']\n"
+            "def f():\n    '''Not this: mentor.ddp.'''\n    from mentor.env import get_profile\n")
+    assert nbtools.imported_modules(code) == {
+        "mentor", "mentor.trace", "mentor.bench", "mentor.suite", "mentor.metrics", "mentor.metrics.host_scalar",
+        "mentor.worker", "mentor.env", "mentor.env.get_profile"}
+    assert nbtools.imported_modules("from . import env\nfrom .trace import x", module="mentor.bench") == {
+        "mentor", "mentor.env", "mentor.trace", "mentor.trace.x"}
+
+
+def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path) -> None:
+    nb = new_notebook(cells=[new_markdown_cell("uses mentor.ddp in prose only"),
+                             new_code_cell("from mentor.bench import plot")])
+    sources = nbtools.mentor_sources(nb)
+    assert sorted(sources) == ["__init__.py", "bench.py", "env.py", "trace.py"]
+    assert sources["env.py"] == nbtools.hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
+    launched = new_notebook(cells=[new_code_cell("import subprocess, sys\n"
+                                                 "subprocess.run([sys.executable, '-m', 'mentor.worker'])")])
+    assert sorted(nbtools.mentor_sources(launched)) == ["__init__.py", "ddp.py", "worker.py"]
+    assert nbtools.mentor_sources(new_notebook(cells=[new_code_cell("import torch")])) == {}
+
+
+def recorded_run(path: Path) -> Path:
+    """Store the metadata gpu-run writes now, with per-module sources, for the notebook at ``path``."""
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+                             "mentor_sources": nbtools.mentor_sources(nb), "outputs_sha256": nbtools.outputs_hash(nb)}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_check_follows_only_the_modules_a_notebook_imports(tmp_path: Path, layered_mentor: Path) -> None:
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    assert nbtools.stale([path]) == []
+    (layered_mentor / "ddp.py").write_text("X = 2\n")  # not imported: the stored run still stands
+    (layered_mentor / "readback.py").write_text("")
+    assert nbtools.stale([path]) == []
+    (layered_mentor / "trace.py").write_text("from . import env\nY = 1\n")  # imported lazily by bench.plot
+    assert nbtools.stale([path]) == [
+        f"{path}: the mentor source it imports changed since its stored GPU run (mentor/trace.py); "
+        f"refresh it with: make gpu-run NB={path}"]
+
+
+def test_check_sees_a_new_dependency_and_a_lost_one(tmp_path: Path, layered_mentor: Path) -> None:
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    (layered_mentor / "bench.py").write_text("import mentor.ddp\n")  # bench changed: it imports ddp, no longer env or trace
+    assert nbtools.stale([path]) == [
+        f"{path}: the mentor source it imports changed since its stored GPU run "
+        f"(mentor/bench.py, mentor/ddp.py, mentor/env.py, mentor/trace.py); refresh it with: make gpu-run NB={path}"]
 
 
 def test_check_fails_when_an_output_is_edited_by_hand(tmp_path: Path, fake_mentor: Path) -> None:

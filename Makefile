@@ -41,7 +41,7 @@ check-notebooks: $(PYTHON_DEPS)
 
 mutation: $(STAMP)
 	$(VENV)/bin/python -m pip install -q mutmut==3.8.1
-	$(VENV)/bin/mutmut run --max-children 2 || true
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children 2 || true
 	$(VENV)/bin/mutmut export-cicd-stats
 	$(VENV)/bin/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
 	caught = s['killed'] + s['timeout']; run = caught + s['survived'] + s['no_tests']; \

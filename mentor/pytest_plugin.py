@@ -16,7 +16,7 @@ sees and what it cannot. Without a CUDA device there is no host-device sync to s
 watches only the explicit calls that ``sync_guard`` wraps (``torch.cuda.synchronize``, the
 ``torch.distributed`` collectives, ...), and pytest's summary says so.
 
-Example, in a reader's ``tests/test_step.py``:
+Example, in a reader's ``tests/test_step.py``::
 
     import pytest
     from mentor.pytest_plugin import allow_syncs
@@ -36,11 +36,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-
-T = TypeVar("T")
 
 MARKER = "no_syncs"
 _ACTIVE: list[SyncCheck] = []
@@ -77,7 +75,7 @@ class SyncCheck:
         finally:
             self._excuse(start, f"allowed: {reason}")
 
-    def steps(self, iterable: Iterable[T], warmup: int = 0) -> Iterator[T]:
+    def steps(self, iterable: Iterable[Any], warmup: int = 0) -> Iterator[Any]:
         """Yield from ``iterable``, excusing the syncs of the first ``warmup`` iterations.
 
         A step's syncs are those made between yielding its item and asking for the next one.

@@ -72,3 +72,49 @@ def test_read_reads_the_values_back_in_one_copy():
     report = count_syncs(read_values, values)
     assert report.count == 1, report.table()
     assert ms.read() == {"loss": 1.0, "accuracy": 1.0, "f1_score": 1.0, "precision": 1.0, "recall": 1.0}
+
+
+def test_a_non_blocking_copy_read_before_its_event_shows_the_old_value():
+    """The trap DeferredReadback avoids: behind a 50 ms kernel, the pinned buffer still holds its old contents."""
+    host = torch.zeros(1, dtype=torch.float64, pin_memory=True)
+    value = torch.full((1,), 7.0, dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)
+    host.copy_(value, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    early = host.tolist()
+    assert (early, event.query()) == ([0.0], False)
+    event.synchronize()
+    assert host.tolist() == [7.0]
+
+
+def test_deferred_readback_costs_no_sync_and_reads_the_right_steps():
+    from mentor.profiling import sync_guard
+    from mentor.readback import DeferredReadback
+
+    model = torch.nn.Linear(64, 10).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(256, 64, device="cuda"), torch.randint(0, 10, (256,), device="cuda")
+    readback, losses, shown = DeferredReadback(), [], []
+    counter = torch.zeros((), dtype=torch.int64, device="cuda")  # torch.tensor(step, device="cuda") would sync
+    with sync_guard() as report:
+        for step in range(30):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            readback.push({"loss": loss.detach(), "step": counter.clone()}, step=step)
+            counter += 1
+            reading = readback.latest()
+            if reading is not None:
+                shown.append(reading)
+    assert report.count == 0, report.table()
+    final = readback.wait()
+    exact = torch.stack(losses).double().tolist()
+    assert final.step == 29 and final.values == {"loss": exact[29], "step": 29.0}
+    assert shown, "no reading arrived during 30 steps"
+    for reading in shown:
+        assert reading.values == {"loss": exact[reading.step], "step": float(reading.step)}
+    assert [r.step for r in shown] == sorted(r.step for r in shown)

@@ -54,6 +54,7 @@ def test_plugin_is_registered_by_the_package_entry_point() -> None:
     assert points.get("mentor") == "mentor.pytest_plugin"
 
 
+@pytest.mark.subprocess
 def test_marker_fails_a_test_that_syncs_and_names_the_line(tests_dir: pytest.Pytester) -> None:
     tests_dir.makepyfile(test_x='''
 import pytest, torch
@@ -72,6 +73,7 @@ def test_step(group):
     ])
 
 
+@pytest.mark.subprocess
 def test_marker_passes_a_test_without_syncs_and_says_what_cpu_cannot_see(tests_dir: pytest.Pytester) -> None:
     tests_dir.makepyfile(test_x='''
 import pytest, torch
@@ -86,6 +88,7 @@ def test_step(group):
     result.stdout.fnmatch_lines(["mentor no_syncs: 1 test(s) ran without a CUDA device*only explicit calls*"])
 
 
+@pytest.mark.subprocess
 def test_unmarked_tests_are_not_watched(tests_dir: pytest.Pytester) -> None:
     tests_dir.makepyfile(test_x='''
 import torch
@@ -99,6 +102,7 @@ def test_step(group):
     assert "mentor no_syncs" not in result.stdout.str()
 
 
+@pytest.mark.subprocess
 def test_fixture_excuses_warm_up_steps_only(tests_dir: pytest.Pytester) -> None:
     """warmup=2 excuses the syncs of steps 0 and 1; step 2 syncs and the test fails with 1 call, 2 excused."""
     tests_dir.makepyfile(test_x='''
@@ -121,6 +125,7 @@ def test_syncs_after_warm_up(no_syncs, group):
     assert "test_warm_up_only: " not in result.stdout.str()
 
 
+@pytest.mark.subprocess
 def test_allow_syncs_excuses_its_block_and_counts_it(tests_dir: pytest.Pytester) -> None:
     tests_dir.makepyfile(test_x='''
 import pytest, torch
@@ -148,6 +153,7 @@ def test_one_allowed_two_not(group):
     ])
 
 
+@pytest.mark.subprocess
 def test_a_failing_test_reports_its_own_error_first(tests_dir: pytest.Pytester) -> None:
     tests_dir.makepyfile(test_x='''
 import pytest, torch
@@ -164,6 +170,7 @@ def test_step(group):
     assert "under the no_syncs check" not in result.stdout.str()
 
 
+@pytest.mark.subprocess
 def test_the_guard_is_gone_after_the_test(tests_dir: pytest.Pytester) -> None:
     """The wrappers are removed when the watched test ends: a later unmarked test's collective runs unwatched."""
     tests_dir.makepyfile(test_x='''

@@ -1,0 +1,164 @@
+"""Reading GPU values one step late, through pinned memory and CUDA events, so that the host never waits.
+
+``loss.item()`` in a training loop makes the host wait until the GPU has computed the loss: the
+queue of launched work drains, and the next step starts from an idle GPU. :class:`DeferredReadback`
+asks for the copy instead of waiting for it. :meth:`~DeferredReadback.push` stacks the values into
+one float64 tensor on the GPU, enqueues ``copy_(..., non_blocking=True)`` into a pinned host buffer
+and records a CUDA event after it; :meth:`~DeferredReadback.latest` returns the newest push whose
+event has completed (``Event.query()``, which does not wait), typically the previous step's.
+
+The trap it avoids: a ``non_blocking`` device-to-host copy returns before the data has arrived, so
+reading the host buffer right away gives whatever it held before (zeros, or an older step's value),
+with no error. A value is only read here after its event reports that the copy is done, and it is
+converted to Python floats at once, before a later push can reuse the buffer.
+
+On CPU tensors there is nothing to wait for: a push is read at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The values of one :meth:`DeferredReadback.push`, as Python floats, and the step they belong to."""
+
+    step: int
+    values: dict[str, float]
+
+
+@dataclass
+class _Slot:
+    buffer: torch.Tensor | None = None
+    event: Any = None
+    keys: tuple[str, ...] = ()
+    step: int = -1
+    seq: int = -1
+
+
+def _defers(device: torch.device) -> bool:
+    """Whether values on ``device`` are copied in the background (CUDA) rather than read at once (CPU)."""
+    return device.type == "cuda"
+
+
+def _pinned_buffer(size: int) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.float64, pin_memory=True)
+
+
+def _record_event() -> Any:
+    event = torch.cuda.Event()
+    event.record()  # on the current stream, after the copy just enqueued there
+    return event
+
+
+@dataclass
+class DeferredReadback:
+    """Values of the GPU read back one step late, with no sync: push each step, show the latest that arrived.
+
+    ``slots`` pinned buffers are used in turn; when the host runs more than ``slots`` pushes ahead
+    of the GPU, the oldest pending push is overwritten (its values are never shown, never wrong).
+    Push from one CUDA stream: the reuse of a buffer relies on the stream's order.
+
+    Example (a progress bar that shows the loss of the newest step the GPU has finished)::
+
+        readback = DeferredReadback()
+        for step, (x, y) in enumerate(bar := tqdm(batches)):
+            loss = train_step(x, y)
+            readback.push({"loss": loss.detach()}, step=step)
+            if (reading := readback.latest()) is not None:
+                bar.set_postfix(loss=f"{reading.values['loss']:.3f}", step=reading.step)
+        final = readback.wait()   # one sync, after the loop
+
+    On CPU the values are read at once:
+
+        >>> readback = DeferredReadback()
+        >>> readback.push({"loss": torch.tensor(0.5), "seen": torch.tensor(128)}, step=3)
+        >>> readback.latest()
+        Reading(step=3, values={'loss': 0.5, 'seen': 128.0})
+    """
+
+    slots: int = 4
+    _ring: list[_Slot] = field(default_factory=list, init=False, repr=False)
+    _pushes: int = field(default=0, init=False, repr=False)
+    _last: Reading | None = field(default=None, init=False, repr=False)
+    _last_seq: int = field(default=-1, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 2:
+            raise ValueError(f"slots must be a whole number >= 2 (one buffer is read while the next is written), "
+                             f"not {self.slots!r}.")
+        self._ring = [_Slot() for _ in range(self.slots)]
+
+    def push(self, values: Mapping[str, torch.Tensor], step: int | None = None) -> None:
+        """Start copying ``values`` (one-element tensors, on one device) to the host; returns without waiting.
+
+        ``step`` labels the reading (default: the number of earlier pushes). On the GPU this launches
+        at most one cast per value, one stack and one copy, and records one event.
+        """
+        keys, tensors = self._check(values)
+        seq = self._pushes
+        self._pushes += 1
+        step = seq if step is None else step
+        device = tensors[0].device
+        same = all(t.dtype == tensors[0].dtype for t in tensors)
+        flat = (torch.stack([t.detach().reshape(()) for t in tensors]).to(torch.float64) if same else
+                torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors]))
+        if not _defers(device):
+            self._last, self._last_seq = Reading(step, dict(zip(keys, flat.tolist()))), seq
+            return
+        slot = self._ring[seq % self.slots]
+        if slot.buffer is None or slot.buffer.numel() != len(keys):
+            slot.buffer = _pinned_buffer(len(keys))
+        slot.buffer.copy_(flat, non_blocking=True)
+        slot.event, slot.keys, slot.step, slot.seq = _record_event(), keys, step, seq
+
+    def latest(self) -> Reading | None:
+        """The newest push whose copy has arrived, or None before the first one arrives. Never waits."""
+        for slot in sorted(self._ring, key=lambda s: s.seq, reverse=True):
+            if slot.seq <= self._last_seq:
+                break
+            if slot.event is not None and slot.event.query():
+                self._take(slot)
+                break
+        return self._last
+
+    def wait(self) -> Reading | None:
+        """The newest push, waiting for its copy: a sync, for the end of training or an explicit report."""
+        newest = max(self._ring, key=lambda s: s.seq)
+        if newest.seq > self._last_seq and newest.event is not None:
+            newest.event.synchronize()
+            self._take(newest)
+        return self._last
+
+    def _take(self, slot: _Slot) -> None:
+        self._last = Reading(slot.step, dict(zip(slot.keys, slot.buffer.tolist())))  # type: ignore[union-attr]
+        self._last_seq = slot.seq
+
+    @staticmethod
+    def _check(values: Mapping[str, torch.Tensor]) -> tuple[tuple[str, ...], list[torch.Tensor]]:
+        if not isinstance(values, Mapping) or not values:
+            raise TypeError(f"push takes a non-empty dict of name -> tensor, such as {{'loss': loss.detach()}}, "
+                            f"not {type(values).__name__}.")
+        keys, tensors = tuple(values), list(values.values())
+        for key, tensor in zip(keys, tensors):
+            if not isinstance(key, str):
+                raise TypeError(f"push's keys name the values and must be strings, not {key!r}.")
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"push's value {key!r} is a {type(tensor).__name__}, not a tensor; pass the tensor "
+                                "itself (a Python number has already been read back, with a sync).")
+            if tensor.numel() != 1:
+                raise ValueError(f"push's value {key!r} has shape {tuple(tensor.shape)}; pass one-element tensors "
+                                 "(a loss, a metric's compute()), one entry per value.")
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise ValueError(f"push's values are on several devices ({', '.join(sorted(map(str, devices)))}); "
+                             "push the values of one device at a time.")
+        device = tensors[0].device
+        if device.type not in ("cuda", "cpu"):
+            raise ValueError(f"push reads CUDA or CPU tensors, not {device.type} ones.")
+        return keys, tensors

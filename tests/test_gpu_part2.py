@@ -118,3 +118,37 @@ def test_deferred_readback_costs_no_sync_and_reads_the_right_steps():
     for reading in shown:
         assert reading.values == {"loss": exact[reading.step], "step": float(reading.step)}
     assert [r.step for r in shown] == sorted(r.step for r in shown)
+
+
+@pytest.mark.parametrize("name, syncs", [
+    ("no reads", 0), ("item() every step", 4), ("float() in a logger", 4), ("NaN check every step", 4),
+    ("item() every N steps", 2), ("one copy every N steps", 2), ("deferred readback", 0),
+])
+def test_read_patterns_sync_as_their_names_say(name, syncs):
+    from types import SimpleNamespace
+
+    from mentor.profiling import sync_guard
+    from mentor.read_patterns import pattern_hooks
+
+    hook, reads = pattern_hooks(name, every=2)
+    losses = torch.rand(4, device="cuda") + 0.5
+    steps = [SimpleNamespace(index=i, loss=losses[i]) for i in range(4)]
+    with sync_guard() as report:
+        for step in steps:
+            if hook is not None:
+                hook(step)
+    assert report.count == syncs, report.table()
+
+
+def test_print_of_a_cuda_loss_syncs_every_step():
+    from types import SimpleNamespace
+
+    from mentor.profiling import sync_guard
+    from mentor.read_patterns import pattern_hooks
+
+    hook, reads = pattern_hooks("print every step")
+    losses = torch.rand(4, device="cuda")
+    with sync_guard() as report:
+        for i in range(4):
+            hook(SimpleNamespace(index=i, loss=losses[i]))
+    assert report.count >= 4 and len(reads.printed.getvalue().splitlines()) == 4, report.table()

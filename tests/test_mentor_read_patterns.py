@@ -1,0 +1,118 @@
+"""mentor.read_patterns: what each way of reading the loss reads, and when the NaN checks fire, on CPU.
+
+The syncs each pattern costs on a GPU are counted in test_gpu_part2.py."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from test_mentor_readback import FakeEvent, FakeGPU
+
+from mentor import readback
+from mentor.read_patterns import READ_PATTERNS, NonFiniteLoss, pattern_hooks, read_configs
+
+LOSSES = [0.5, 0.25, 0.125, 1.0, 2.0, 0.75]
+
+
+def run(name: str, losses: list[float] = LOSSES, every: int = 2):
+    hook, reads = pattern_hooks(name, every=every)
+    for i, loss in enumerate(losses):
+        hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+    return reads
+
+
+@pytest.mark.parametrize("name", ["item() every step", "float() in a logger", "deferred readback"])
+def test_every_step_patterns_read_every_loss(name: str) -> None:
+    assert run(name).values == list(enumerate(LOSSES))  # on CPU a deferred read arrives at once
+
+
+def test_every_n_reads_the_last_loss_of_each_window() -> None:
+    assert run("item() every N steps", every=2).values == [(1, 0.25), (3, 1.0), (5, 0.75)]
+    assert run("item() every N steps", every=4).values == [(3, 1.0)]
+
+
+def test_one_copy_every_n_reads_the_window_mean() -> None:
+    assert run("one copy every N steps", every=2).values == [(1, 0.375), (3, 0.5625), (5, 1.375)]
+    assert run("one copy every N steps", every=3).values == [(2, pytest.approx(0.875 / 3)), (5, pytest.approx(1.25))]
+
+
+def test_print_formats_each_step() -> None:
+    printed = run("print every step", LOSSES[:2]).printed.getvalue()
+    assert printed == "step 0: loss 0.5\nstep 1: loss 0.25\n"
+
+
+def test_no_reads_has_no_hook() -> None:
+    hook, reads = pattern_hooks("no reads")
+    assert hook is None and reads.values == []
+
+
+@pytest.mark.parametrize("name, fires_at", [
+    ("NaN check every step", 2), ("one copy every N steps", 3), ("deferred readback", 2),
+])
+def test_nan_checks_fire_with_the_step_that_holds_the_nan(name: str, fires_at: int) -> None:
+    """A NaN at step 2: the per-step checks see it at once; the coalesced copy counts it on the device and
+    raises at the end of its window (step 3, every=2)."""
+    losses = [0.5, 0.25, math.nan, 1.0, 2.0]
+    hook, _ = pattern_hooks(name, every=2)
+    reached = []
+    with pytest.raises(NonFiniteLoss, match=rf"^the loss of step {fires_at} is NaN or infinite$"):
+        for i, loss in enumerate(losses):
+            reached.append(i)
+            hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+    assert reached[-1] == fires_at
+
+
+def test_reading_every_n_steps_misses_a_nan_in_between() -> None:
+    """The sampled loss of steps 1 and 3 is finite: the NaN of step 2 is never read."""
+    assert run("item() every N steps", [0.5, 0.25, math.nan, 1.0], every=2).values == [(1, 0.25), (3, 1.0)]
+
+
+def test_the_deferred_check_fires_when_the_nan_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the NaN's reading arrives a step or more later: the check raises then, naming the NaN's step."""
+    fake = FakeGPU()
+    monkeypatch.setattr(readback, "_defers", lambda device: True)
+    monkeypatch.setattr(readback, "_pinned_buffer", fake.buffer)
+    monkeypatch.setattr(readback, "_record_event", lambda: FakeEvent(fake.events))
+    hook, reads = pattern_hooks("deferred readback")
+    losses = [0.5, math.nan, 1.0, 2.0]
+    for i, loss in enumerate(losses[:3]):
+        hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+        if i >= 1:  # the GPU finishes step i - 1 while the host launches step i + 1
+            fake.events[i - 1].done = True
+            fake.buffers[(i - 1) % 4].land()
+    assert reads.values == [(0, 0.5)]
+    with pytest.raises(NonFiniteLoss, match="the loss of step 1 is NaN or infinite"):
+        hook(SimpleNamespace(index=3, loss=torch.tensor(losses[3])))
+
+
+def test_read_configs_are_bench_configs_in_order() -> None:
+    configs = read_configs(every=5)
+    assert [c.name for c in configs] == list(READ_PATTERNS)
+    assert configs[5].description == "loss.item() and the NaN check every 5 steps only (a NaN in between is missed)"
+    assert configs[0].make() == (None, None)
+    on_step, on_report = configs[1].make()
+    assert callable(on_step) and on_report is None
+
+
+def test_read_configs_run_in_a_comparison() -> None:
+    from mentor.bench import compare
+    from mentor.data import device_batches
+    from mentor.train import build_setup
+
+    setup = build_setup(num_classes=10)
+    cmp = compare(read_configs(every=2), setup, device_batches(2, 32, 10), steps=2, warmup=1, rounds=1,
+                  progress=False)
+    assert [r.name for r in cmp.results] == list(READ_PATTERNS)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: pattern_hooks("tqdm"), r"unknown read pattern 'tqdm': pass one of"),
+    (lambda: pattern_hooks("item() every N steps", every=0), r"every must be a whole number of steps >= 1, not 0"),
+    (lambda: read_configs(["no reads"], every=1.5), r"every must be a whole number of steps >= 1, not 1.5"),
+])
+def test_bad_arguments_are_refused(call, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()

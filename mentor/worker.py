@@ -37,7 +37,7 @@ TASKS: dict[str, str] = {
 """What the worker can run, by name."""
 
 SYNC_CONFIGS: tuple[str, ...] = ("no metrics", "torchmetrics, sync at compute", "torchmetrics, dist_sync_on_step",
-                                 "fused suite, sync at compute")
+                                 "fused suite, sync at compute", "fused suite, one all-reduce")
 """The configurations that task ``sync-cost`` compares, the first being the baseline."""
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,11 +60,13 @@ def _agree_metrics(num_classes: int, device: torch.device, sync_on_compute: bool
     from torchmetrics import MeanMetric
     from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+    from mentor.flat_sync import flat_sync
     from mentor.suite import FusedMetrics
 
     options = dict(sync_on_compute=sync_on_compute)
     return {
         "suite": FusedMetrics(num_classes, **options).to(device),
+        "flat suite": flat_sync(FusedMetrics)(num_classes, **options).to(device),
         "loss": MeanMetric(**options).to(device),
         "accuracy_micro": MulticlassAccuracy(num_classes, average="micro", **options).to(device),
         "accuracy_macro": MulticlassAccuracy(num_classes, average="macro", **options).to(device),
@@ -80,11 +82,13 @@ def _feed(metrics: dict[str, Any], logits: torch.Tensor, targets: torch.Tensor, 
         x, y = logits[8 * b: 8 * b + 8].to(device), targets[8 * b: 8 * b + 8].to(device)
         loss = losses[b].to(device)
         metrics["suite"].update(loss, x, y)
+        metrics["flat suite"].update(loss, x, y)
         metrics["loss"].update(loss)
         for name in ("accuracy_micro", "accuracy_macro", "f1_weighted"):
             metrics[name].update(x, y)
     values = {f"suite/{k}": v for k, v in metrics["suite"].compute().items()}
-    values.update({f"torchmetrics/{k}": metrics[k].compute() for k in metrics if k != "suite"})
+    values.update({f"flat suite/{k}": v for k, v in metrics["flat suite"].compute().items()})
+    values.update({f"torchmetrics/{k}": metrics[k].compute() for k in metrics if "suite" not in k})
     return {k: v.double().reshape(-1).cpu().tolist() for k, v in values.items()}
 
 
@@ -95,7 +99,8 @@ def agree(rank: int, world_size: int, device: torch.device, num_classes: int = 5
     Returns ``{"distributed", "local", "reference", "batches"}``: the synced values, this rank's
     values without syncing, one process's values over every batch (metrics made with
     ``sync_on_compute=False``), and this rank's batches. The values are
-    ``{"suite/<name>" or "torchmetrics/<name>": [floats]}``; distributed should equal reference.
+    ``{"suite/<name>", "flat suite/<name>" (the suite synced in one all-reduce, :mod:`mentor.flat_sync`) or
+    "torchmetrics/<name>": [floats]}``; distributed should equal reference.
 
     Example (one rank and no process group: nothing to sync, so this rank sees all the data):
         >>> result = agree(0, 1, torch.device("cpu"))
@@ -138,11 +143,23 @@ def sync_configs(num_classes: int, device: torch.device) -> list[Any]:
         True
     """
     from mentor.bench import Config, suite_config
+    from mentor.flat_sync import flat_sync
+    from mentor.suite import FusedMetrics
+
+    def flat_suite() -> Any:
+        suite = flat_sync(FusedMetrics)(num_classes).to(device)
+
+        def on_report(_: int) -> None:
+            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+            suite.reset()
+
+        return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report
 
     return [Config(SYNC_CONFIGS[0]),
             _scores_config(SYNC_CONFIGS[1], num_classes, device),
             _scores_config(SYNC_CONFIGS[2], num_classes, device, dist_sync_on_step=True),
-            suite_config(num_classes, device, name=SYNC_CONFIGS[3])]
+            suite_config(num_classes, device, name=SYNC_CONFIGS[3]),
+            Config(SYNC_CONFIGS[4], flat_suite, "FusedMetrics synced in one all-reduce of one float64 buffer")]
 
 
 def collectives_per_report(config: Any, setup: Any, batches: Any, steps: int = 2) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def test_synced_metrics_equal_one_process_over_all_data(agree_records: list[dict
     for record in agree_records:
         result = record["result"]
         assert set(result["distributed"]) == set(result["reference"])
-        assert {k.split("/")[0] for k in result["reference"]} == {"suite", "torchmetrics"}
+        assert {k.split("/")[0] for k in result["reference"]} == {"suite", "flat suite", "torchmetrics"}
         assert result["distributed"] == result["reference"], f"rank {record['rank']}"
 
 
@@ -38,6 +38,14 @@ def test_the_suite_equals_torchmetrics_on_the_same_data(agree_records: list[dict
     for suite_key, tm_key in [("loss", "loss"), ("accuracy_micro", "accuracy_micro"),
                               ("accuracy_macro", "accuracy_macro"), ("f1_weighted", "f1_weighted")]:
         assert reference[f"suite/{suite_key}"] == pytest.approx(reference[f"torchmetrics/{tm_key}"], abs=1e-7)
+
+
+def test_the_flat_sync_gives_the_suite_its_exact_values(agree_records: list[dict]) -> None:
+    for record in agree_records:
+        values = record["result"]["distributed"]
+        suite = {k.split("/", 1)[1]: v for k, v in values.items() if k.startswith("suite/")}
+        flat = {k.split("/", 1)[1]: v for k, v in values.items() if k.startswith("flat suite/")}
+        assert flat == suite and len(suite) == 13
 
 
 def test_without_the_sync_each_rank_sees_only_its_shard(agree_records: list[dict]) -> None:
@@ -68,13 +76,13 @@ def test_sync_cost_compares_every_configuration_on_both_ranks(cost_records: list
         raw = record["result"]["comparison"]
         assert (raw["baseline"], raw["batch_size"]) == ("no metrics", 8)
         assert [r["name"] for r in raw["results"]] == list(worker.SYNC_CONFIGS)
-        assert [[len(steps) for steps in r["round_step_ms"]] for r in raw["results"]] == [[3, 3]] * 4
+        assert [[len(steps) for steps in r["round_step_ms"]] for r in raw["results"]] == [[3, 3]] * 5
 
 
 def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> None:
     """torchmetrics 1.9's gather_all_tensors, per state: one barrier, then one all_gather for a 0-dim state or
     two (sizes, then data) for a 1-dim one. The suite has 3 per-class states and 3 scalars: 6 barriers and
-    3 * 2 + 3 = 9 all_gathers. The torchmetrics set syncs 22 states: MetricCollection's _compute_and_reduce calls
+    3 * 2 + 3 = 9 all_gathers; flat_sync turns them into one all_reduce. The torchmetrics set syncs 22 states: MetricCollection's _compute_and_reduce calls
     compute() on every member, so each of the 4 score metrics syncs its own tp, fp, tn, fn (per class) and
     invalid-label count even inside one compute group, and the mean loss its 2 scalars: 22 barriers and
     16 * 2 + 6 = 38 all_gathers. With dist_sync_on_step each forward() syncs the 4 score metrics' 20 states."""
@@ -83,6 +91,7 @@ def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> N
         assert counts["no metrics"] == {"per_step": {}, "per_report": {}}
         assert counts["fused suite, sync at compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 9, "collective: barrier": 6}}
+        assert counts["fused suite, one all-reduce"] == {"per_step": {}, "per_report": {"collective: all_reduce": 1}}
         assert counts["torchmetrics, sync at compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 38, "collective: barrier": 22}}
         assert counts["torchmetrics, dist_sync_on_step"]["per_step"] == {

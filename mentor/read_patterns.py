@@ -131,3 +131,25 @@ def read_configs(names: tuple[str, ...] | list[str] = tuple(READ_PATTERNS), ever
 
         configs.append(Config(name, make, READ_PATTERNS[name].replace("`every`", str(every))))
     return configs
+
+
+def stale_read_demo(delay_cycles: int = 100_000_000) -> dict[str, Any]:
+    """Read a pinned buffer right after a ``non_blocking`` device-to-host copy, and again after its event.
+
+    A GPU sleep of ``delay_cycles`` clock cycles (``torch.cuda._sleep``, about 50 ms at 2 GHz) runs
+    before the copy, so the early read happens before the data arrives. Returns the buffer's value
+    before the copy was queued, the early read, whether the event had completed at that moment, and
+    the read after ``event.synchronize()``. Needs CUDA.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("stale_read_demo shows a CUDA copy in flight; torch sees no CUDA device here.")
+    host = torch.full((1,), -1.0, dtype=torch.float64, pin_memory=True)
+    value = torch.full((1,), 42.0, dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(delay_cycles)
+    host.copy_(value, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    early, done = host.item(), event.query()
+    event.synchronize()
+    return {"before": -1.0, "early": early, "event_done_early": done, "after": host.item()}

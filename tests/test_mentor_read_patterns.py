@@ -116,3 +116,11 @@ def test_read_configs_run_in_a_comparison() -> None:
 def test_bad_arguments_are_refused(call, match) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_the_stale_read_demo_needs_cuda() -> None:
+    from mentor.read_patterns import stale_read_demo
+
+    with pytest.raises(RuntimeError, match="stale_read_demo shows a CUDA copy in flight; torch sees no CUDA"):
+        stale_read_demo()

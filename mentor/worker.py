@@ -36,9 +36,12 @@ TASKS: dict[str, str] = {
 }
 """What the worker can run, by name."""
 
-SYNC_CONFIGS: tuple[str, ...] = ("no metrics", "torchmetrics, sync at compute", "torchmetrics, dist_sync_on_step",
-                                 "fused suite, sync at compute", "fused suite, one all-reduce")
-"""The configurations that task ``sync-cost`` compares, the first being the baseline."""
+SYNC_CONFIGS: tuple[str, ...] = ("no metrics", "torchmetrics, compute", "torchmetrics, per step",
+                                 "suite, compute", "suite, one all-reduce")
+"""The configurations that task ``sync-cost`` compares: no metrics (the baseline); torchmetrics' macro scores
+(counted without a sync, :func:`mentor.metrics.scatter_stat_scores`) and a loss mean, synced by ``compute()``;
+the same called each step with ``dist_sync_on_step=True``, which syncs at every step; the fused suite synced by
+``compute()``; the fused suite synced in one all-reduce (:func:`mentor.flat_sync.flat_sync`)."""
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -291,3 +294,22 @@ def run(task: str, nproc: int = 2, out: str | Path | None = None, backend: str |
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def comparison_of(record: dict[str, Any]) -> Any:
+    """The :class:`mentor.bench.Comparison` of one rank's ``sync-cost`` record, rebuilt from its JSON.
+
+    Example:
+        >>> from mentor.bench import Comparison, Result
+        >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
+        >>> str(comparison_of({"task": "sync-cost", "result": {"comparison": cmp.to_dict()}}).overhead("b"))
+        '+10.0 % [10.0, 10.0]'
+    """
+    from mentor.bench import Comparison
+
+    if not isinstance(record, dict) or record.get("task") != "sync-cost":
+        raise ValueError("comparison_of takes one rank's record of task 'sync-cost', as run('sync-cost') returns.")
+    with tempfile.TemporaryDirectory(prefix="mentor-comparison-") as folder:
+        path = Path(folder) / "comparison.json"
+        path.write_text(json.dumps(record["result"]["comparison"]))
+        return Comparison.load_json(path)

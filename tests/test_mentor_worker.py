@@ -79,6 +79,14 @@ def test_sync_cost_compares_every_configuration_on_both_ranks(cost_records: list
         assert [[len(steps) for steps in r["round_step_ms"]] for r in raw["results"]] == [[3, 3]] * 5
 
 
+def test_each_rank_record_rebuilds_its_comparison(cost_records: list[dict]) -> None:
+    comparisons = [worker.comparison_of(record) for record in cost_records]
+    assert [c.baseline for c in comparisons] == ["no metrics", "no metrics"]
+    assert [r.name for r in comparisons[1].results] == list(worker.SYNC_CONFIGS)
+    with pytest.raises(ValueError, match="comparison_of takes one rank's record of task 'sync-cost'"):
+        worker.comparison_of({"task": "agree", "result": {}})
+
+
 def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> None:
     """torchmetrics 1.9's gather_all_tensors, per state: one barrier, then one all_gather for a 0-dim state or
     two (sizes, then data) for a 1-dim one. The suite has 3 per-class states and 3 scalars: 6 barriers and
@@ -89,12 +97,12 @@ def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> N
     for record in cost_records:
         counts = record["result"]["collectives"]
         assert counts["no metrics"] == {"per_step": {}, "per_report": {}}
-        assert counts["fused suite, sync at compute"] == {
+        assert counts["suite, compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 9, "collective: barrier": 6}}
-        assert counts["fused suite, one all-reduce"] == {"per_step": {}, "per_report": {"collective: all_reduce": 1}}
-        assert counts["torchmetrics, sync at compute"] == {
+        assert counts["suite, one all-reduce"] == {"per_step": {}, "per_report": {"collective: all_reduce": 1}}
+        assert counts["torchmetrics, compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 38, "collective: barrier": 22}}
-        assert counts["torchmetrics, dist_sync_on_step"]["per_step"] == {
+        assert counts["torchmetrics, per step"]["per_step"] == {
             "collective: all_gather": 36.0, "collective: barrier": 20.0}
 
 

@@ -161,3 +161,39 @@ def compile_table(reports: Sequence[CompileReport]) -> str:
         for (reason, where), n in seen.items():
             lines.append(f"  - {reason}  at {where}" + (f"  ({n}x)" if n > 1 else ""))
     return "\n".join(lines)
+
+
+def compiled_update_config(name: str, num_classes: int, device: torch.device | str, mode: str | None = None,
+                           backend: str = "inductor") -> Any:
+    """A :class:`mentor.bench.Config` that updates metric set ``name`` each step through ``torch.compile``.
+
+    The model stays eager; only the update is compiled (``mode`` and ``backend`` go to
+    ``torch.compile``: ``mode="reduce-overhead"`` asks inductor for CUDA graphs). Each ``make()``
+    compiles a fresh set, so the first steps of every run include compilation: give the
+    comparison enough warm-up steps. At each report the values are computed eagerly, read back in
+    one copy and reset (``on_report`` returns them).
+
+    Example:
+        >>> cfg = compiled_update_config("fused suite", 10, "cpu", backend="eager")
+        >>> cfg.name, callable(cfg.make()[0])
+        ('fused suite, compiled', True)
+    """
+    from mentor.bench import Config
+    from mentor.metrics import read_values
+
+    if name not in COMPILE_SETS:
+        raise ValueError(f"unknown metric set {name!r}: pass one of {list(COMPILE_SETS)}.")
+
+    def make() -> Any:
+        metrics = compile_set(name, num_classes, device)
+        update = torch.compile(metrics.update, mode=mode, backend=backend)
+
+        def on_report(_: int) -> dict[str, Any]:
+            values = read_values(metrics.compute())
+            metrics.reset()
+            return values
+
+        return (lambda s: update(s.loss, s.output, s.labels)), on_report
+
+    label = f"{name}, compiled" + (f" ({mode})" if mode else "")
+    return Config(label, make, f"{COMPILE_SETS[name]}; update through torch.compile(mode={mode!r})")

@@ -77,3 +77,32 @@ def test_table_counts_repeated_breaks_and_singulars() -> None:
 def test_bad_arguments_are_refused(call, error, match) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_compiled_update_config_runs_in_a_comparison_and_counts_like_eager() -> None:
+    """Through compare, on CPU with the eager backend (the tracing is dynamo's, no code is generated); the
+    compiled suite counts the same as an eager one fed the same steps."""
+    from mentor.bench import Config, compare
+    from mentor.compiled import compiled_update_config
+    from mentor.metrics import read_values
+    from mentor.data import device_batches
+    from mentor.suite import FusedMetrics
+    from mentor.train import build_setup, train
+
+    configs = [Config("no metrics"), compiled_update_config("fused suite", 10, "cpu", backend="eager")]
+    setup = build_setup(num_classes=10)
+    cmp = compare(configs, setup, device_batches(2, 32, 10), steps=2, warmup=1, rounds=1, report_every=2,
+                  progress=False)
+    assert [r.name for r in cmp.results] == ["no metrics", "fused suite, compiled"]
+
+    on_step, on_report = compiled_update_config("fused suite", 10, "cpu", backend="eager").make()
+    eager = FusedMetrics(10)
+
+    def both(s) -> None:
+        on_step(s)
+        eager.update(s.loss, s.output, s.labels)
+
+    train(setup, device_batches(2, 32, 10, distinct=3), steps=3, on_step=both)
+    compiled_values = on_report(3)
+    assert compiled_values == read_values(eager.compute())
+    assert compiled_values["loss"] > 0 and 0 <= compiled_values["accuracy_micro"] <= 1

@@ -45,7 +45,8 @@ mutation: $(STAMP)
 	$(VENV)/bin/mutmut export-cicd-stats
 	$(VENV)/bin/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
 	caught = s['killed'] + s['timeout']; run = caught + s['survived'] + s['no_tests']; \
-	print(s); print(f'mutation score: {caught} of {run} mutants run were caught ({100 * caught / max(1, run):.1f} %)')"
+	print(s); print(f'mutation score: {caught} of {run} mutants run were caught ({100 * caught / max(1, run):.1f} %)'); \
+	raise SystemExit('no mutant ran: mutmut failed before testing (see \"failed to collect stats\" above)' if run == 0 else 0)"
 	@echo "surviving mutants: $(VENV)/bin/mutmut results; one of them: $(VENV)/bin/mutmut show NAME"
 
 clean:

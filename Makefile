@@ -3,6 +3,7 @@
 #   make book                      build the HTML book from the notebooks' stored outputs
 #   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
 #   make gpu-test                  the CUDA tests (pytest -m gpu) on this machine's GPU
+#   make old-torchmetrics          torchmetrics 1.6.1 (the article's release) into .venv/torchmetrics-1.6.1, for ch. 14
 #   make check-notebooks           fail if a notebook's stored GPU run is not current
 #   make mutation                  mutation testing of mentor/ with mutmut (slow; not part of make test)
 #   make clean                     remove _build
@@ -14,9 +15,10 @@ NB ?=
 
 # gpu-run and check-notebooks build the venv only when they run its python; with
 # PYTHON=python3 (a GPU machine whose python already has torch etc.) they use it as is.
+OLD_SITE := $(VENV)/torchmetrics-1.6.1
 PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),$(STAMP))
 
-.PHONY: test book gpu-run gpu-test check-notebooks mutation clean
+.PHONY: test old-torchmetrics book gpu-run gpu-test check-notebooks mutation clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
@@ -24,13 +26,20 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q -r requirements.txt -c constraints.txt
 	touch $@
 
-test: $(STAMP)
+test: $(STAMP) $(OLD_SITE)/.installed
 	$(VENV)/bin/python -m pytest
+
+# A second torchmetrics, outside the venv's site-packages: only a process whose PYTHONPATH starts with it
+# imports it (mentor.releases). --no-deps: it needs nothing that the venv lacks.
+old-torchmetrics: $(OLD_SITE)/.installed
+$(OLD_SITE)/.installed: $(PYTHON_DEPS)
+	$(PYTHON) -m pip install -q --no-deps --target $(OLD_SITE) torchmetrics==1.6.1
+	touch $@
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-gpu-run: $(PYTHON_DEPS)
+gpu-run: $(PYTHON_DEPS) $(OLD_SITE)/.installed
 	$(PYTHON) scripts/nbtools.py gpu-run $(NB)
 
 gpu-test: $(PYTHON_DEPS)

@@ -14,7 +14,10 @@ only when the attribute changes between calls (as ``_update_count`` does at ever
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,3 +200,47 @@ def compiled_update_config(name: str, num_classes: int, device: torch.device | s
 
     label = f"{name}, compiled" + (f" ({mode})" if mode else "")
     return Config(label, make, f"{COMPILE_SETS[name]}; update through torch.compile(mode={mode!r})")
+
+
+_PATH = re.compile(r"(?:/[^\s/'\"()]+)+?/((?:mentor|torchmetrics|torch)/[^\s'\"():]+)")
+
+
+def _one_line(message: str) -> str:
+    """dynamo's multi-line warning as one line: its first line, function and last reason, paths from the package down."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    kept = lines[:1] + [line for line in lines[1:] if line.startswith(("function:", "last reason:"))]
+    text = "; ".join(kept)
+    text = re.sub(r"\s*\(HINT:.*?\)(?=;|$)", "", text)
+    return _PATH.sub(r"\1", re.sub(r"\s{2,}#.*?(?=;|$)", "", text))
+
+
+@contextlib.contextmanager
+def dynamo_warnings() -> Iterator[list[str]]:
+    """Collect what ``torch._dynamo`` logs at WARNING or above inside the block, one line per message, instead of
+    printing it: its first line, the ``function:`` and ``last reason:`` lines, with file paths cut to the
+    package (``mentor/...``, ``torchmetrics/...``). The ``torch._dynamo`` logger's handlers and propagation are
+    restored on exit.
+
+    Example:
+        >>> with dynamo_warnings() as seen:
+        ...     logging.getLogger("torch._dynamo.convert_frame").warning(
+        ...         "torch._dynamo hit config.recompile_limit (8)\n   function: 'update' (/x/mentor/metrics.py:254)")
+        >>> seen
+        ["torch._dynamo hit config.recompile_limit (8); function: 'update' (mentor/metrics.py:254)"]
+    """
+    seen: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(_one_line(record.getMessage()))
+
+    logger = logging.getLogger("torch._dynamo")
+    handlers, propagate, level = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers, logger.propagate = [_Keep(logging.WARNING)], False
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield seen
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)

@@ -106,3 +106,50 @@ def test_a_compiled_update_config_runs_in_a_comparison_and_counts_like_eager() -
     compiled_values = on_report(3)
     assert compiled_values == read_values(eager.compute())
     assert compiled_values["loss"] > 0 and 0 <= compiled_values["accuracy_micro"] <= 1
+
+
+def test_dynamo_warnings_keeps_the_recompile_limit_as_one_line_without_machine_paths():
+    import logging
+
+    from mentor.compiled import dynamo_warnings
+
+    logger = logging.getLogger("torch._dynamo")
+    before = (logger.handlers[:], logger.propagate, logger.level)
+    with dynamo_warnings() as seen:
+        report = compile_report("optimized", steps=10)
+    import inspect
+
+    from mentor.metrics import LossAndScores
+
+    line = inspect.getsourcelines(LossAndScores.update)[1]
+    assert report.recompiles == 7
+    assert seen == [f"torch._dynamo hit config.recompile_limit (8); function: 'update' (mentor/metrics.py:{line}); "
+                    "last reason: 0/7: self.loss._update_count == 9"]
+    assert (logger.handlers, logger.propagate, logger.level) == before
+
+
+def test_dynamo_warnings_restores_the_logger_when_the_block_raises():
+    import logging
+
+    from mentor.compiled import dynamo_warnings
+
+    logger = logging.getLogger("torch._dynamo")
+    before = (logger.handlers[:], logger.propagate, logger.level)
+    with pytest.raises(KeyError), dynamo_warnings() as seen:
+        logging.getLogger("torch._dynamo.guards").error("boom at /home/me/x/torch/_dynamo/guards.py:12")
+        raise KeyError("inside")
+    assert seen == ["boom at torch/_dynamo/guards.py:12"]
+    assert (logger.handlers, logger.propagate, logger.level) == before
+
+
+@pytest.mark.parametrize("message, line", [
+    ("plain", "plain"),
+    ("first\n  function: 'f' (/a/b/torchmetrics/metric.py:546)\n  other: dropped\nUser stack trace:\n  x",
+     "first; function: 'f' (torchmetrics/metric.py:546)"),
+    ("first\n last reason: 1/7: self.n == 3      # self.n += 1  # m.py:4 (HINT: make it dynamic.)",
+     "first; last reason: 1/7: self.n == 3"),
+])
+def test_one_line(message, line):
+    from mentor.compiled import _one_line
+
+    assert _one_line(message) == line

@@ -3,7 +3,7 @@
 #   make book                      build the HTML book from the notebooks' stored outputs
 #   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
 #   make gpu-test                  the CUDA tests (pytest -m gpu) on this machine's GPU
-#   make old-torchmetrics          torchmetrics 1.6.1 (the article's release) into .venv/torchmetrics-1.6.1, for ch. 14
+#   make old-torchmetrics          torchmetrics 1.6.1 (the article's release) into .venv/torchmetrics-1.6.1, for ch. 13
 #   make check-notebooks           fail if a notebook's stored GPU run is not current
 #   make mutation                  mutation testing of mentor/ with mutmut (slow; not part of make test)
 #   make clean                     remove _build

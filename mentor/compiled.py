@@ -223,10 +223,9 @@ def dynamo_warnings() -> Iterator[list[str]]:
 
     Example:
         >>> with dynamo_warnings() as seen:
-        ...     logging.getLogger("torch._dynamo.convert_frame").warning(
-        ...         "torch._dynamo hit config.recompile_limit (8)\n   function: 'update' (/x/mentor/metrics.py:254)")
+        ...     logging.getLogger("torch._dynamo.convert_frame").warning("hit config.recompile_limit (8)")
         >>> seen
-        ["torch._dynamo hit config.recompile_limit (8); function: 'update' (mentor/metrics.py:254)"]
+        ['hit config.recompile_limit (8)']
     """
     seen: list[str] = []
 

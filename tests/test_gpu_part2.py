@@ -143,3 +143,21 @@ def test_the_stale_read_demo_reads_the_old_value_first():
     from mentor.read_patterns import stale_read_demo
 
     assert stale_read_demo() == {"before": -1.0, "early": -1.0, "event_done_early": False, "after": 42.0}
+
+
+def test_blocks_count_syncs_report_on_time_and_read_every_block_on_the_gpu():
+    from mentor.bench import Config, metrics_config, suite_config
+    from mentor.blocks import compare_blocks
+    from mentor.data import device_batches
+    from mentor.train import build_setup
+
+    setup = build_setup(num_classes=10, device="cuda")
+    configs = [Config("no metrics"), metrics_config("naive", 10, "cuda"), suite_config(10, "cuda")]
+    cmp = compare_blocks(configs, setup, device_batches(8, 64, 10, "cuda"), rounds=3, block=6, settle=2,
+                         report_every=5)
+    assert [cmp[c.name].syncs_per_step for c in configs] == [0, 2, 0]
+    assert all(len(steps) == 4 and min(steps) > 0 for c in configs for steps in cmp[c.name].round_step_ms)
+    # 4 timed steps per block: timed step 5 is round 1 position 0, timed step 10 round 2 position 1
+    assert cmp.settings["report_steps"]["fused suite"] == [[1, 0], [2, 1]]
+    hook = cmp.settings["hook_ms"]
+    assert hook["no metrics"] < hook["fused suite"] < hook["naive"]

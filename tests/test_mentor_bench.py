@@ -1083,3 +1083,58 @@ def test_record_point_ranges_every_update_and_rejects_bad_configs(tmp_path):
         bench.record_point(point, profile, "x", tmp_path / "x.json")
     with pytest.raises(ValueError, match="'no metrics' updates no metric"):
         bench.record_point(point, profile, "no metrics", tmp_path / "x.json")
+
+
+def test_cli_help_names_the_program_and_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps at the terminal width: compare words
+    assert text.startswith(
+        "usage: python -m mentor.bench [-h] [--list] [--configs CONFIGS] [--profile {full,smoke}] [--batch BATCH] "
+        "[--image-size IMAGE_SIZE] [--precision {fp32,bf16}] [--channels-last] [--steps STEPS] [--warmup WARMUP] "
+        "[--rounds ROUNDS] [--seed SEED] [--json JSON] "
+        "Time ResNet-18 training steps under metric configurations (by default: no metrics, the article's naive "
+        "TorchMetrics set and its optimized set), in rounds run in a seeded random order, and count syncs per step; "
+        "overheads over the first configuration come with paired bootstrap intervals over rounds. ")
+    for line in [
+        "--list list the configurations and exit",
+        "--configs CONFIGS comma-separated configuration names, the first is the baseline "
+        "(default: no metrics,naive,optimized)",
+        "--profile {full,smoke} run profile (default: full with CUDA, smoke without)",
+        "--batch BATCH images per step (default: the profile's)",
+        "--image-size IMAGE_SIZE image height and width in pixels (default: the profile's)",
+        "--precision {fp32,bf16} fp32, or bf16 autocast around the forward pass and the loss (default: fp32)",
+        "--channels-last channels-last weights and images --steps",  # followed by the next option: no text lost
+        "--steps STEPS timed steps per run (default: the profile's)",
+        "--warmup WARMUP untimed steps per run (default: the profile's)",
+        "--rounds ROUNDS rounds, each running every configuration once in a seeded random order "
+        "(default: the profile's)",
+        "--seed SEED seed of the per-round random order of the configurations (default: 0)",
+        "--json JSON also write the results to this JSON file",
+    ]:
+        assert line in text
+
+
+def test_cli_error_usage_names_the_program(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--profile", "smoke", "--steps", "x"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m mentor.bench [-h]")
+    assert err.rstrip().endswith("python -m mentor.bench: error: argument --steps: invalid int value: 'x'")
+
+
+def test_cli_precision_takes_fp32_or_bf16_only(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(bench, "compare", lambda configs, setup, batches, **kwargs:
+                        seen.append(setup) or comparison(result("no metrics", [[1.0]]), result("x", [[2.0]])))
+    monkeypatch.setattr(bench, "build_setup", lambda classes, device, precision, channels_last: precision)
+    assert bench.main(["--profile", "smoke", "--precision", "fp32"]) == 0  # the default, also given by name
+    assert seen == ["fp32"]
+    assert ", fp32, " in capsys.readouterr().out.splitlines()[0]
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--profile", "smoke", "--precision", "fp16"])
+    assert exc.value.code == 2
+    assert "argument --precision: invalid choice: 'fp16'" in capsys.readouterr().err  # quoting varies by Python
+    assert seen == ["fp32"]  # refused before building anything

@@ -4,6 +4,8 @@ import functools
 import inspect
 import sys
 import threading
+import traceback
+import types
 import warnings
 from pathlib import Path
 
@@ -684,3 +686,149 @@ def test_debug_mode_count_needs_cuda_and_a_callable():
         debug_mode_count(3)
     with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
         debug_mode_count(lambda: None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pinned values of the interceptor's parts, independent of the real call stack and of CUDA
+
+TORCH_FILE = "/x/site-packages/torch/cuda/__init__.py"
+HERE = profiling.__file__  # frames of mentor.profiling itself
+
+
+def _fake_stack(monkeypatch, frames):
+    """Make ``traceback.extract_stack`` return ``frames`` ((file, line, function), outermost first)."""
+    summaries = [traceback.FrameSummary(file, line, name, lookup_line=False) for file, line, name in frames]
+    monkeypatch.setattr(traceback, "extract_stack", lambda *a, **k: list(summaries))
+
+
+@pytest.mark.parametrize("frames, expected", [
+    # the innermost frame outside torch, torchmetrics and this module; this module's inner frames are dropped
+    ([(USER, 10, "main"), (TM, 93, "update"), (TORCH_FILE, 20, "synchronize"), (HERE, 400, "intercepted"),
+      (HERE, 390, "_seen"), (HERE, 380, "_site_here")],
+     (USER, 10, "main", ((USER, 10, "main"), (TM, 93, "update"), (TORCH_FILE, 20, "synchronize")))),
+    # a frame without a line number reads as line 0
+    ([(USER, None, "<module>"), (HERE, 380, "_site_here")], (USER, 0, "<module>", ((USER, 0, "<module>"),))),
+    # only library frames left: the innermost of them
+    ([("/x/site-packages/torch/a.py", 1, "f"), (TM, 2, "g"), (TORCH_FILE, 3, "h"), (HERE, 4, "_site_here")],
+     (TORCH_FILE, 3, "h", (("/x/site-packages/torch/a.py", 1, "f"), (TM, 2, "g"), (TORCH_FILE, 3, "h")))),
+    # nothing but this module: an unknown site
+    ([(HERE, 1, "a"), (HERE, 2, "_site_here")], ("?", 0, "?", ())),
+])
+def test_site_here_picks_the_caller_from_the_stack(monkeypatch, frames, expected):
+    _fake_stack(monkeypatch, frames)
+    site = profiling._site_here("torch.cuda.synchronize")
+    assert site == SyncSite(*expected, kind="torch.cuda.synchronize")
+    assert (site.file, site.line, site.function, site.stack) == expected
+
+
+def test_seen_records_the_site_and_strict_raises_naming_it(monkeypatch):
+    _fake_stack(monkeypatch, [(USER, 12, "train"), (TORCH_FILE, 20, "synchronize"), (HERE, 390, "_seen")])
+    report = SyncReport()
+    assert profiling._seen(report, False, "empty_cache") is None
+    with pytest.raises(SyncError) as raised:
+        profiling._seen(report, True, "collective: all_reduce")
+    assert str(raised.value) == (f"collective: all_reduce at {USER}:12 (in train()): sync_guard(strict=True) forbids "
+                                 "synchronizing calls; the call was not made.")
+    stack = ((USER, 12, "train"), (TORCH_FILE, 20, "synchronize"))
+    assert report.sites == [SyncSite(USER, 12, "train", stack, "empty_cache"),
+                            SyncSite(USER, 12, "train", stack, "collective: all_reduce")]  # recorded, then raised
+
+
+def test_is_library_reads_windows_paths():
+    assert profiling._is_library(r"C:\env\Lib\site-packages\torch\cuda\__init__.py") is True
+    assert profiling._is_library(r"C:\env\Lib\site-packages\torchmetrics\metric.py") is True
+    assert profiling._is_library(r"C:\proj\mentor\profiling.py") is True
+    assert profiling._is_library(r"C:\proj\loop.py") is False
+    site = SyncSite(r"C:\env\Lib\site-packages\torchmetrics\metric.py", 5, "f",
+                    ((r"C:\proj\loop.py", 10, "main"), (r"C:\env\Lib\site-packages\torchmetrics\metric.py", 5, "f")))
+    assert site.caller == r"C:\proj\loop.py:10"
+
+
+class _OnDevice(torch.Tensor):
+    """A CPU tensor that reports the device type it is given and records when its pinning is asked."""
+
+    @property
+    def device(self):
+        return torch.device(self.fake_device)
+
+    def is_pinned(self, *args, **kwargs):
+        self.asked.append("is_pinned")
+        return self.fake_pinned
+
+
+def _on(device, pinned=False):
+    t = torch.zeros(2).as_subclass(_OnDevice)
+    t.fake_device, t.fake_pinned, t.asked = device, pinned, []
+    return t
+
+
+@pytest.mark.parametrize("src, dst, pinned, non_blocking, waits", [
+    ("cuda", "cpu", False, True, True),  # the only copy that waits
+    ("cuda:1", "cpu", False, True, True),
+    ("cuda", "cpu", True, True, False),  # pinned memory: no wait
+    ("cuda", "cpu", False, False, False),  # blocking: the debug mode flags it
+    ("cuda", "cpu", False, 1, False),  # only True itself counts
+    ("cuda", "cpu", False, None, False),
+    ("cuda", "cuda", False, True, False),
+    ("cpu", "cpu", False, True, False),
+    ("cpu", "cuda", False, True, False),
+    ("meta", "cpu", False, True, False),
+])
+def test_copy_waits_decides_on_device_types_and_asks_pinning_last(src, dst, pinned, non_blocking, waits):
+    d, s = _on(dst, pinned), _on(src)
+    assert _copy_waits(d, s, non_blocking) is waits
+    # pinning is asked only of a non-blocking copy from CUDA to the host
+    expected = ["is_pinned"] if src.startswith("cuda") and dst == "cpu" and non_blocking is True else []
+    assert d.asked == expected and s.asked == []
+
+
+def test_copy_waits_needs_two_tensors():
+    src = _on("cuda")
+    assert _copy_waits(3.0, src, True) is False
+    assert _copy_waits(_on("cpu"), [1.0], True) is False
+    assert src.asked == []
+
+
+def _accelerator_targets():
+    return [(owner, name, kind) for owner, name, kind in _targets() if kind == "torch.accelerator.synchronize"]
+
+
+def test_targets_list_the_cuda_calls_and_the_accelerator_when_it_has_synchronize(monkeypatch):
+    import torch.cuda.memory
+
+    calls = [(owner, name, kind) for owner, name, kind in _targets() if not kind.startswith("collective: ")]
+    expected = [(torch.cuda, "synchronize", "torch.cuda.synchronize"),
+                (torch.cuda.Event, "synchronize", "Event.synchronize"),
+                (torch.cuda.Stream, "synchronize", "Stream.synchronize"),
+                (torch.cuda, "empty_cache", "empty_cache"),
+                (torch.cuda.memory, "empty_cache", "empty_cache")]
+    if hasattr(getattr(torch, "accelerator", None), "synchronize"):
+        expected.append((torch.accelerator, "synchronize", "torch.accelerator.synchronize"))
+    assert [(id(o), n, k) for o, n, k in calls] == [(id(o), n, k) for o, n, k in expected]
+    fake = types.SimpleNamespace(synchronize=lambda device=None: None)
+    monkeypatch.setattr(torch, "accelerator", fake, raising=False)
+    assert [(id(o), n, k) for o, n, k in _accelerator_targets()] == [
+        (id(fake), "synchronize", "torch.accelerator.synchronize")]
+    monkeypatch.setattr(torch, "accelerator", types.SimpleNamespace())  # a torch.accelerator without synchronize
+    assert _accelerator_targets() == []
+    monkeypatch.delattr(torch, "accelerator")  # a torch without torch.accelerator
+    assert _accelerator_targets() == []
+
+
+def test_audit_type_error_message_is_exact():
+    with pytest.raises(TypeError) as raised:
+        audit({"x": 3})
+    assert str(raised.value) == "audit takes a dict of {label: callable with no arguments}."
+
+
+@no_cuda
+def test_cuda_only_helpers_say_exactly_why_they_refuse():
+    from mentor.profiling import debug_mode_count
+
+    with pytest.raises(RuntimeError) as raised:
+        audit({})
+    assert str(raised.value) == ("audit counts CUDA host-device syncs and torch sees no CUDA device here; "
+                                 "run it on a GPU machine (mentor.env.needs_cuda tells you when to skip).")
+    with pytest.raises(RuntimeError) as raised:
+        debug_mode_count(lambda: None)
+    assert str(raised.value) == "debug_mode_count counts CUDA syncs and torch sees no CUDA device; run it on a GPU."

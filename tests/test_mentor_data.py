@@ -186,3 +186,63 @@ def test_loader_ms_per_batch_rejects_bad_counts(kwargs, message):
 def test_copy_ms_needs_cuda():
     with pytest.raises(RuntimeError, match="torch sees no CUDA device"):
         copy_ms(2, 4)
+
+
+def test_copy_ms_without_cuda_says_exactly_why(monkeypatch):
+    from mentor import data
+
+    monkeypatch.setattr(data.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as raised:
+        copy_ms(2, 4)
+    assert str(raised.value) == ("copy_ms times a host-to-device copy and torch sees no CUDA device; "
+                                 "run it on a GPU.")
+
+
+def test_copy_ms_copies_a_224_pixel_batch_22_times_and_takes_the_median_of_the_last_20(monkeypatch):
+    """A fake torch (in mentor.data only) stands in for CUDA: its events report hand-made times.
+
+    The first two copies are warm-up (times 500 and 400, dropped); the 20 timed ones take 1.0 ... 20.0 ms,
+    so the median is 10.5; a 21st timed copy or a dropped warm-up time would change it.
+    """
+    from types import SimpleNamespace
+
+    from mentor import data
+
+    times = iter([500.0, 400.0] + [float(t) for t in range(1, 40)])
+    log = []
+
+    class Host:
+        def __init__(self, shape):
+            self.shape = shape
+
+        def pin_memory(self):
+            log.append(("pin", self.shape))
+            return self
+
+    class Dev:
+        def copy_(self, src, non_blocking=False):
+            log.append(("copy", src.shape, non_blocking))
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return next(times)
+
+    def empty_like(host, device):
+        log.append(("empty_like", host.shape, device))
+        return Dev()
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, Event=Event),
+                           randn=lambda *shape: Host(shape), empty_like=empty_like)
+    monkeypatch.setattr(data, "torch", fake)
+    assert copy_ms(8) == 10.5
+    shape = (8, 3, 224, 224)
+    assert log == [("pin", shape), ("empty_like", shape, "cuda")] + [("copy", shape, True)] * 22

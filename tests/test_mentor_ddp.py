@@ -283,3 +283,24 @@ def test_launch_stops_waiting_at_the_first_failure():
     assert results[0].error.startswith("ValueError: planned failure on rank 0")
     assert results[1] == WorkerResult(1, error="no result: the worker was terminated or died")
     assert multiprocessing.active_children() == []
+
+
+def test_metric_compute_by_default_syncs_a_cpu_metric_on_compute():
+    """In this process, in a one-rank gloo group: rank 1's value 2.0, gathered (one barrier and one all_gather per
+    0-dim state of MeanMetric, its mean_value and weight); with sync_on_compute=False, no collective at all."""
+    from mentor.profiling import SyncReport, _intercept
+
+    with single_rank_group("gloo"):
+        with _intercept(SyncReport()) as synced:
+            assert metric_compute(1, 2) == 2.0
+        with _intercept(SyncReport()) as local:
+            assert metric_compute(1, 2, "cpu", False) == 2.0
+    assert dict(synced.by_kind()) == {"collective: barrier": 2, "collective: all_gather": 2}
+    assert dict(local.by_kind()) == {}
+
+
+def test_metric_compute_by_default_breaks_under_a_cuda_only_group():
+    """The article's failure, in this process: the default (a CPU metric synced on compute) needs a CPU backend."""
+    with single_rank_group("cuda:gloo"):
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            metric_compute(0, 1)

@@ -242,3 +242,30 @@ def test_stored_runs_names_a_file_that_is_not_a_notebook(tmp_path):
     (tmp_path / "broken.ipynb").write_text("{not json")
     with pytest.raises(ValueError, match=r"broken.ipynb is not a notebook \(JSON with a metadata object\)"):
         stored_runs(tmp_path)
+
+
+def test_chapter_run_asks_for_the_name_of_the_profiles_gpu_and_keeps_the_hardware(monkeypatch):
+    """The name is that of the profile's device (cuda:1 here), not the current one; the run keeps the same text."""
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.update({name: value}))
+    on_second_gpu = dataclasses.replace(get_profile("smoke"), name="full", device=torch.device("cuda", 1))
+    monkeypatch.setattr(env, "get_profile", lambda: on_second_gpu)
+    asked = []
+    names = {None: "NVIDIA A100 (current device)", torch.device("cuda", 1): "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or names[device])
+    monkeypatch.setattr(env.time, "perf_counter", lambda: 7.5)
+    run = env.chapter_run()
+    assert asked == [torch.device("cuda", 1)]
+    assert glued == {"run_hardware": "one NVIDIA H200 (full profile)"}
+    assert run == env.ChapterRun("one NVIDIA H200 (full profile)", 7.5)
+
+
+def test_chapter_run_on_the_cpu_keeps_the_hardware_it_glued(monkeypatch):
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: None)
+    monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert env.chapter_run().hardware == "the CPU (smoke profile, not a measurement)"

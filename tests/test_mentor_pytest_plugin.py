@@ -227,3 +227,95 @@ def test_steps_excuses_a_warm_up_step_left_by_break() -> None:
         check.report.sites.append(f"s{step}")
         break
     assert check.excused == {0: "warm-up step 0"}
+
+
+class _Sites:
+    """A stand-in for mentor.profiling.SyncReport: only its list of sites is read by SyncCheck."""
+
+    def __init__(self, *sites: str) -> None:
+        self.sites = list(sites)
+
+
+def test_allow_excuses_only_the_syncs_of_its_block() -> None:
+    """Sites recorded before the block keep failing; only those made inside it are excused, with the reason."""
+    check = SyncCheck("t", report=_Sites("before"))
+    with check.allow("report step"):
+        check.report.sites.extend(["in1", "in2"])
+    check.report.sites.append("after")
+    assert check.excused == {1: "allowed: report step", 2: "allowed: report step"}
+    assert check.failing == ["before", "after"]
+
+
+def test_steps_without_warmup_excuse_nothing() -> None:
+    check = SyncCheck("t", report=_Sites())
+    for step in check.steps(range(2)):
+        check.report.sites.append(f"s{step}")
+    assert check.excused == {}
+    assert check.failing == ["s0", "s1"]
+
+
+def test_steps_accept_a_warmup_of_zero_and_excuse_nothing() -> None:
+    check = SyncCheck("t", report=_Sites())
+    assert list(check.steps(["a", "b"], warmup=0)) == ["a", "b"]
+    assert check.excused == {}
+
+
+def test_steps_excuse_exactly_warmup_steps_when_every_step_syncs() -> None:
+    """warmup=2 excuses steps 0 and 1, not step 2: one site per step, sites 2 and 3 fail."""
+    check = SyncCheck("t", report=_Sites())
+    for step in check.steps(range(4), warmup=2):
+        check.report.sites.append(f"s{step}")
+    assert check.excused == {0: "warm-up step 0", 1: "warm-up step 1"}
+    assert check.failing == ["s2", "s3"]
+
+
+def test_a_step_begun_before_the_report_exists_counts_from_its_first_site() -> None:
+    """If the guard starts in the middle of a warm-up step (report attached late), that step's sites start at 0."""
+    check = SyncCheck("t")
+    steps = check.steps(range(2), warmup=1)
+    assert next(steps) == 0
+    check.report = _Sites("s0")
+    assert next(steps) == 1
+    check.report.sites.append("s1")
+    assert list(steps) == []
+    assert check.excused == {0: "warm-up step 0"}
+    assert check.failing == ["s1"]
+
+
+def test_pytest_configure_registers_the_marker_with_its_help() -> None:
+    from mentor import pytest_plugin
+
+    lines: list[tuple[str, str]] = []
+
+    class Config:
+        def addinivalue_line(self, name: str, line: str) -> None:
+            lines.append((name, line))
+
+    pytest_plugin.pytest_configure(Config())  # type: ignore[arg-type]
+    assert lines == [("markers", "no_syncs: fail the test if its body syncs with the GPU (mentor.pytest_plugin; "
+                                 "excuse a region with mentor.pytest_plugin.allow_syncs)")]
+
+
+def test_terminal_summary_counts_the_tests_run_without_cuda_and_is_silent_otherwise() -> None:
+    """Called in this process with a fake reporter (the inner-pytest tests above see it only in a subprocess)."""
+    from types import SimpleNamespace
+
+    from mentor import pytest_plugin
+
+    class Reporter:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def write_line(self, line: str) -> None:
+            self.lines.append(line)
+
+    quiet, config = Reporter(), SimpleNamespace(stash=pytest.Stash())
+    pytest_plugin.pytest_terminal_summary(quiet, 0, config)  # type: ignore[arg-type]
+    assert quiet.lines == []
+    config.stash[pytest_plugin._WITHOUT_CUDA] = ["a.py::t1", "b.py::t2"]
+    loud = Reporter()
+    pytest_plugin.pytest_terminal_summary(loud, 0, config)  # type: ignore[arg-type]
+    assert loud.lines == [
+        "mentor no_syncs: 2 test(s) ran without a CUDA device, where host-device syncs (.item(), .cpu(), ...) "
+        "cannot be seen; only explicit calls (torch.cuda.synchronize, collectives) were watched. "
+        "Run them on a GPU machine to check for syncs."]

@@ -124,3 +124,66 @@ def test_the_stale_read_demo_needs_cuda() -> None:
 
     with pytest.raises(RuntimeError, match="stale_read_demo shows a CUDA copy in flight; torch sees no CUDA"):
         stale_read_demo()
+
+
+def test_the_stale_read_demo_without_cuda_says_exactly_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mentor import read_patterns
+
+    monkeypatch.setattr(read_patterns.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as raised:
+        read_patterns.stale_read_demo()
+    assert str(raised.value) == "stale_read_demo shows a CUDA copy in flight; torch sees no CUDA device here."
+
+
+def test_the_stale_read_demo_sleeps_then_copies_and_reads_before_and_after_the_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake torch (in mentor.read_patterns only): the copy lands when the host waits on the event.
+
+    The default sleep is 100_000_000 cycles, queued before the copy; the early read sees -1.0 and an event
+    not done, the read after event.synchronize() sees 42.0.
+    """
+    from mentor import read_patterns
+
+    log: list = []
+
+    class Tensor:
+        def __init__(self, value: float, where: str) -> None:
+            self.value, self.where, self.pending = value, where, None
+
+        def copy_(self, src: "Tensor", non_blocking: bool = False) -> None:
+            log.append(("copy", src.where, self.where, non_blocking))
+            self.pending = src.value
+
+        def item(self) -> float:
+            log.append(("item", self.value))
+            return self.value
+
+    host_buffers: list[Tensor] = []
+
+    def full(size, value, dtype=None, pin_memory=False, device=None):
+        assert size == (1,) and dtype == "float64"
+        tensor = Tensor(value, device or ("pinned" if pin_memory else "pageable"))
+        if device is None:
+            host_buffers.append(tensor)
+        return tensor
+
+    class Event:
+        def record(self) -> None:
+            log.append("record")
+
+        def query(self) -> bool:
+            return False
+
+        def synchronize(self) -> None:
+            log.append("event.synchronize")
+            for buffer in host_buffers:
+                if buffer.pending is not None:
+                    buffer.value, buffer.pending = buffer.pending, None
+
+    cuda = SimpleNamespace(is_available=lambda: True, synchronize=lambda: log.append("cuda.synchronize"),
+                           _sleep=lambda cycles: log.append(("sleep", cycles)), Event=Event)
+    monkeypatch.setattr(read_patterns, "torch", SimpleNamespace(cuda=cuda, full=full, float64="float64"))
+    result = read_patterns.stale_read_demo()
+    assert result == {"before": -1.0, "early": -1.0, "event_done_early": False, "after": 42.0}
+    assert log == ["cuda.synchronize", ("sleep", 100_000_000), ("copy", "cuda", "pinned", True), "record",
+                   ("item", -1.0), "event.synchronize", ("item", 42.0)]

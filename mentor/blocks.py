@@ -1,7 +1,7 @@
 """Comparing configurations in short alternating blocks, for host-bound steps whose speed drifts within seconds.
 
-When the host limits the training step, the step time wanders by tens of percent over a second
-or two (other work on the host, its clocks), and :func:`mentor.bench.compare`'s rounds, one long
+When the host limits the training step, its step time can drift by tens of percent within a second
+or two (chapter 9 shows one run on the GPU machine), and :func:`mentor.bench.compare`'s rounds, one long
 run per configuration, pair a configuration with a baseline measured seconds apart. Here every
 round runs each configuration for a short block of steps (a few untimed ones first, to settle
 the GPU's queue after the switch), so the blocks that are compared ran within a fraction of a
@@ -48,11 +48,11 @@ class _Counted:
     """One configuration's hooks for a whole comparison: counts timed steps, reports every ``every`` of them
     inside the step, and times the host span of each timed step's hook (``host_ms``, report steps apart)."""
 
-    def __init__(self, config: Config, every: int) -> None:
+    def __init__(self, config: Config, every: int, warmup: int) -> None:
         self.on_step, self.on_report = config.make()
         self.every = every if self.on_report is not None else 0
         self.timed = 0
-        self.warmup = 0
+        self.warmup = warmup  # the untimed steps at the start of each block
         self.host_ms: list[float] = []
         self.report_at: list[int] = []  # position of each report step within its block
 
@@ -94,8 +94,9 @@ def compare_blocks(
     queued, so the GPU's queue drains once per round, not at every switch of configuration.
     ``settings`` records ``orders``, ``report_steps`` (per configuration, ``[round, position]``
     of each report step) and ``hook_ms``: per configuration, the median host time of one
-    non-report step's hook in the loop, from ``time.perf_counter`` around it (no sync; on a
-    host-bound step this is what the update costs the step, on a GPU-bound one it is hidden).
+    non-report step's hook in the loop, from ``time.perf_counter`` around it (no sync). It includes
+    any wait at a sync inside the hook; how much of it lengthens the step depends on whether the host
+    or the GPU limits the step, so compare it with the measured overhead rather than read it as one.
     Syncs per step are counted as in :func:`mentor.bench.compare`, in a separate untimed pass.
 
     Example:
@@ -127,7 +128,7 @@ def compare_blocks(
         raise ValueError("compare_blocks runs every configuration on the same batches; configs with their own "
                          "batches need mentor.bench.compare.")
     rng = random.Random(seed)
-    hooks = {c.name: _Counted(c, report_every) for c in configs}
+    hooks = {c.name: _Counted(c, report_every, settle) for c in configs}
     per_round: dict[str, list[list[float]]] = {c.name: [] for c in configs}
     report_steps: dict[str, list[list[int]]] = {c.name: [] for c in configs}
     orders: list[list[str]] = []
@@ -138,7 +139,6 @@ def compare_blocks(
         pending = []
         for c in order:
             hook = hooks[c.name]
-            hook.warmup = settle
             before = len(hook.report_at)
             stats = train(setup, batches, steps=block - settle, warmup=settle, on_step=hook)
             pending.append((c.name, stats))

@@ -5,13 +5,16 @@
 #   make gpu-test                  the CUDA tests (pytest -m gpu) on this machine's GPU
 #   make old-torchmetrics          torchmetrics 1.6.1 (the article's release) into .venv/torchmetrics-1.6.1, for ch. 13
 #   make check-notebooks           fail if a notebook's stored GPU run is not current
-#   make mutation                  mutation testing of mentor/ with mutmut (slow; not part of make test)
+#   make mutation [MUTANTS=...]    mutation testing of mentor/ with mutmut (hours; not part of make test);
+#                                  MUTANTS="mentor.readback*" runs one module's mutants, JOBS=N sets the workers
 #   make clean                     remove _build
 
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTHON ?= $(VENV)/bin/python
 NB ?=
+MUTANTS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # gpu-run and check-notebooks build the venv only when they run its python; with
 # PYTHON=python3 (a GPU machine whose python already has torch etc.) they use it as is.
@@ -50,7 +53,7 @@ check-notebooks: $(PYTHON_DEPS)
 
 mutation: $(STAMP)
 	$(VENV)/bin/python -m pip install -q mutmut==3.8.1
-	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children 2 || true
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(JOBS) $(MUTANTS) || true
 	$(VENV)/bin/mutmut export-cicd-stats
 	$(VENV)/bin/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
 	caught = s['killed'] + s['timeout']; run = caught + s['survived'] + s['no_tests']; \

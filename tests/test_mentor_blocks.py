@@ -1,6 +1,7 @@
 """mentor.blocks: short alternating blocks, with a fake train() whose step times are set per configuration and a
 fake clock for the hooks' host time, so that every value is exact."""
 
+import numpy as np
 import pytest
 
 import mentor.blocks as blocks
@@ -26,13 +27,14 @@ class FakeClock:
 @pytest.fixture
 def fake(monkeypatch):
     """train() runs the hook on every step and returns step times taken from the step hook's ``ms``
-    (a number, or a list with one value per call of train for that configuration)."""
+    (a number, or a list with one value per call of train for that configuration). ``calls`` records
+    ``(step hook, warmup, steps, setup, batches)`` of every call; the environment report is ``ENV``."""
     clock = FakeClock()
     monkeypatch.setattr(blocks.time, "perf_counter", clock)
     calls = []
 
     def train(setup, batches, steps, *, warmup=0, on_step=None, **_):
-        calls.append((on_step.on_step, warmup, steps))
+        calls.append((on_step.on_step, warmup, steps, setup, batches))
         for i in range(warmup + steps):
             on_step(Step(i, None, None, None, None, 0.0))
         ms = getattr(on_step.on_step, "ms", 10.0)
@@ -41,8 +43,11 @@ def fake(monkeypatch):
         return RunStats([float(ms)] * steps, 1, "cpu")
 
     monkeypatch.setattr(blocks, "train", train)
-    monkeypatch.setattr(blocks, "environment_report", lambda: {})
+    monkeypatch.setattr(blocks, "environment_report", lambda: dict(ENV))
     return clock, calls
+
+
+ENV = {"host": "fake"}
 
 
 class Recorder:
@@ -95,7 +100,7 @@ def test_hooks_are_made_once_and_settle_steps_update_but_are_not_timed(fake, cpu
                                 block=5, settle=2, report_every=0)
     assert m.made == 1
     assert m.steps == [0, 1, 2, 3, 4] * 3
-    assert [(w, s) for hook, w, s in calls if hook is not None and hook.ms == 10.0][:1] == [(2, 3)]
+    assert [(w, s) for hook, w, s, *_ in calls if hook is not None and hook.ms == 10.0][:1] == [(2, 3)]
     assert [len(steps) for steps in cmp["m"].round_step_ms] == [3, 3, 3]
     assert cmp.settings["steps"] == 3 and cmp.settings["warmup"] == 2
 
@@ -139,38 +144,121 @@ def test_syncs_are_not_counted_on_the_cpu(fake, cpu):
     assert cmp["a"].syncs_note == "not counted"
 
 
+def test_settings_record_the_defaults(fake, cpu):
+    # block=10, settle=2: 8 timed steps after 2 untimed; one round of one configuration, no report in 8 steps
+    cmp = blocks.compare_blocks([Config("a")], cpu, batches(), rounds=1)
+    assert cmp.settings == {"design": "blocks", "block": 10, "settle": 2, "steps": 8, "warmup": 2, "rounds": 1,
+                            "report_every": 50, "sync_steps": 5, "seed": 0, "orders": [["a"]],
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+    assert cmp["a"].round_step_ms == [[10.0] * 8]
+
+
+def test_settings_record_the_values_given(fake, cpu):
+    # sync_steps=1 is the smallest allowed; one configuration, so every round's order is ["a"]
+    cmp = blocks.compare_blocks([Config("a")], cpu, batches(), rounds=2, block=3, settle=1, report_every=7,
+                                sync_steps=1, seed=3)
+    assert cmp.settings == {"design": "blocks", "block": 3, "settle": 1, "steps": 2, "warmup": 1, "rounds": 2,
+                            "report_every": 7, "sync_steps": 1, "seed": 3, "orders": [["a"], ["a"]],
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+
+
+def test_every_block_trains_the_given_setup_and_batches(fake, cpu):
+    _, calls = fake
+    data = batches()
+    cmp = blocks.compare_blocks([Config("a"), Config("b")], cpu, data, rounds=2, block=2, settle=0, report_every=0)
+    assert len(calls) == 4
+    assert all(setup is cpu and got is data for *_, setup, got in calls)
+    assert cmp.environment == ENV
+
+
+def test_results_keep_the_description_and_the_counted_syncs(fake, cpu, monkeypatch):
+    # a fake CUDA setup: syncs come from _syncs_per_step with each config's own make and sync_steps
+    def make_a():
+        return None, None
+
+    def make_b():
+        return None, None
+
+    a = Config("a", make_a, description="bare loop")
+    b = Config("b", make_b, description="with metrics")
+    counted = {make_a: (0.0, None), make_b: (2.0, 3)}
+    seen = []
+
+    def syncs(setup, data, make, steps):
+        seen.append((setup, data, make, steps))
+        return counted[make]
+
+    monkeypatch.setattr(blocks, "_is_cuda", lambda setup: setup is cpu)
+    monkeypatch.setattr(blocks, "_syncs_per_step", syncs)
+    data = batches()
+    cmp = blocks.compare_blocks([a, b], cpu, data, rounds=1, block=1, settle=0, report_every=0, sync_steps=4)
+    assert seen == [(cpu, data, make_a, 4), (cpu, data, make_b, 4)]
+    assert [(r.name, r.description, r.syncs_per_step, r.report_syncs, r.syncs_note) for r in cmp.results] == [
+        ("a", "bare loop", 0.0, None, None), ("b", "with metrics", 2.0, 3, None)]
+
+
+def test_hook_ms_is_none_when_every_timed_step_reports(fake, cpu):
+    # report_every=1: each timed step is a report step, so no step's host time is kept
+    clock, _ = fake
+    m = Recorder("m", clock, cost=0.25)
+    cmp = blocks.compare_blocks([m.config()], cpu, batches(), rounds=2, block=3, settle=1, report_every=1)
+    assert m.reports == [1, 2, 3, 4]
+    assert cmp.settings["hook_ms"] == {"m": None}
+    assert cmp.settings["report_steps"] == {"m": [[0, 0], [0, 1], [1, 0], [1, 1]]}
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(rounds=0), "rounds must be an int >= 1"),
-    (dict(rounds=2, block=0), "block must be an int >= 1"),
-    (dict(rounds=2, block=3, settle=3), "settle (3) must be smaller than block (3)"),
-    (dict(rounds=2, settle=-1), "settle must be an int >= 0"),
-    (dict(rounds=2, report_every=True), "report_every must be an int >= 0"),
-    (dict(rounds=2, seed="x"), "seed must be an int"),
+    (dict(rounds=0), "rounds must be an int >= 1, got 0."),
+    (dict(rounds=2, block=0), "block must be an int >= 1, got 0."),
+    (dict(rounds=2, block=3, settle=3),
+     "settle (3) must be smaller than block (3): a block needs a timed step; e.g. block=10, settle=2."),
+    (dict(rounds=2, settle=-1), "settle must be an int >= 0, got -1."),
+    (dict(rounds=2, report_every=True), "report_every must be an int >= 0, got True."),
+    (dict(rounds=2, sync_steps=0), "sync_steps must be an int >= 1, got 0."),
+    (dict(rounds=2, seed="x"), "seed must be an int (it seeds random.Random for the run order), got 'x'."),
 ])
 def test_bad_settings_are_named(kwargs, message, cpu):
+    # the whole message: the setting's name, the bound and the value given
     with pytest.raises(ValueError) as err:
         blocks.compare_blocks([Config("a")], cpu, batches(), **kwargs)
-    assert message in str(err.value)
+    assert str(err.value) == message
 
 
 def test_bad_configs_are_named(cpu):
-    with pytest.raises(TypeError, match="non-empty sequence of mentor.bench.Config"):
+    with pytest.raises(TypeError) as err:
         blocks.compare_blocks([], cpu, batches(), rounds=1)
-    with pytest.raises(ValueError, match="unique"):
+    assert str(err.value) == "configs must be a non-empty sequence of mentor.bench.Config."
+    with pytest.raises(ValueError) as err:
         blocks.compare_blocks([Config("a"), Config("a")], cpu, batches(), rounds=1)
-    with pytest.raises(TypeError, match="setup must be a mentor.train.Setup"):
+    assert str(err.value) == "configuration names must be unique, got ['a', 'a']."
+    with pytest.raises(TypeError) as err:
         blocks.compare_blocks([Config("a")], "cuda", batches(), rounds=1)
-    with pytest.raises(ValueError, match="same batches"):
+    assert str(err.value) == "setup must be a mentor.train.Setup from build_setup(), not str."
+    with pytest.raises(ValueError) as err:
         blocks.compare_blocks([Config("a", batches=[1])], cpu, batches(), rounds=1)
+    assert str(err.value) == ("compare_blocks runs every configuration on the same batches; configs with their own "
+                              "batches need mentor.bench.compare.")
 
 
 def test_drift_means_whole_windows_only():
     assert blocks.drift([1.0, 3.0, 2.0, 6.0, 9.0], window=2) == [2.0, 4.0]
     assert blocks.drift([5.0, 7.0], window=2) == [6.0]
-    with pytest.raises(ValueError, match="fewer than one window of 3"):
+    with pytest.raises(ValueError) as err:
         blocks.drift([1.0, 2.0], window=3)
-    with pytest.raises(ValueError, match="window must be an int >= 1"):
+    assert str(err.value) == "step_ms has 2 steps, fewer than one window of 3: pass more steps or a smaller window."
+    with pytest.raises(ValueError) as err:
         blocks.drift([1.0], window=0)
+    assert str(err.value) == "window must be an int >= 1, got 0."
+
+
+def test_drift_default_window_is_50():
+    # 50 ones, 50 threes, then 49 sevens (a partial window, dropped)
+    assert blocks.drift([1.0] * 50 + [3.0] * 50 + [7.0] * 49) == [1.0, 3.0]
+
+
+def test_drift_averages_in_float64():
+    # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
+    assert blocks.drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]
 
 
 def test_plot_drift_draws_the_steps_and_the_window_means():
@@ -179,3 +267,30 @@ def test_plot_drift_draws_the_steps_and_the_window_means():
     assert list(ax.lines[0].get_ydata()) == [10.0, 12.0, 11.0, 9.0, 30.0]
     stairs = [p for p in ax.patches]
     assert list(stairs[0].get_data().values) == [11.0, 10.0]
+    # steps are numbered from 1; the mean of steps 1-2 spans 0.5..2.5, of steps 3-4 2.5..4.5 (step 5 dropped)
+    assert list(ax.lines[0].get_xdata()) == [1, 2, 3, 4, 5]
+    assert list(stairs[0].get_data().edges) == [0.5, 2.5, 4.5]
+    assert stairs[0].get_data().baseline is None  # a line of means, not bars down to zero
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("step", "step time (ms)")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["one step", "mean of 2 steps"]
+
+
+def test_plot_drift_default_window_is_50():
+    fig = blocks.plot_drift([4.0] * 50 + [6.0] * 50)
+    ax = fig.axes[0]
+    assert list(ax.patches[0].get_data().values) == [4.0, 6.0]
+    assert list(ax.patches[0].get_data().edges) == [0.5, 50.5, 100.5]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["one step", "mean of 50 steps"]
+
+
+def test_plot_drift_closes_the_figure_of_the_given_axes():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    other = plt.figure()  # the current figure: not plot_drift's to close
+    try:
+        assert blocks.plot_drift([1.0, 2.0], window=1, ax=ax) is fig
+        assert fig.number not in plt.get_fignums() and other.number in plt.get_fignums()
+    finally:
+        plt.close(fig)
+        plt.close(other)

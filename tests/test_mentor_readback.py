@@ -40,6 +40,7 @@ class FakeBuffer:
 
     def __init__(self, size: int) -> None:
         self.data = torch.zeros(size, dtype=torch.float64)
+        self.reads = 0
 
     def numel(self) -> int:
         return self.data.numel()
@@ -52,6 +53,7 @@ class FakeBuffer:
         self.data = self.pending
 
     def tolist(self) -> list[float]:
+        self.reads += 1
         return self.data.tolist()
 
 
@@ -217,3 +219,33 @@ def test_bad_values_are_refused_by_name(values: object, error: type, match: str)
 
 def test_a_reading_pickles() -> None:
     assert pickle.loads(pickle.dumps(Reading(3, {"loss": 0.5}))) == Reading(3, {"loss": 0.5})
+
+
+def test_cpu_values_of_one_integer_dtype_are_read_as_python_floats() -> None:
+    # one dtype takes the stack-then-convert path; the reading must still hold floats, as Reading promises
+    rb = DeferredReadback()
+    rb.push({"correct": torch.tensor(3), "seen": torch.tensor(4)}, step=2)
+    reading = rb.latest()
+    assert reading == Reading(2, {"correct": 3.0, "seen": 4.0})
+    assert [type(v) for v in reading.values.values()] == [float, float]
+
+
+def test_only_cuda_devices_defer_their_reads() -> None:
+    # the real _defers (the fixture above replaces it): a torch.device is made without a GPU
+    assert readback._defers(torch.device("cuda")) is True
+    assert readback._defers(torch.device("cuda", 1)) is True
+    assert readback._defers(torch.device("cpu")) is False
+    assert readback._defers(torch.device("meta")) is False
+
+
+def test_a_reading_is_converted_once_and_kept(gpu: FakeGPU) -> None:
+    # latest() stops at the push it already read: its buffer is not read again, the same Reading comes back
+    rb = DeferredReadback(slots=2)
+    rb.push({"loss": torch.tensor(0.5)}, step=0)
+    gpu.events[0].done = True
+    gpu.buffers[0].land()
+    first = rb.latest()
+    assert first == Reading(0, {"loss": 0.5}) and gpu.buffers[0].reads == 1
+    rb.push({"loss": torch.tensor(1.5)}, step=1)  # still in flight
+    assert rb.latest() is first and rb.latest() is first
+    assert gpu.buffers[0].reads == 1

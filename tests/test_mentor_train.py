@@ -372,3 +372,171 @@ def test_channels_last_needs_image_batches():
     batches = iter([(torch.randn(2, 3, 32), torch.tensor([0, 1]))])
     with pytest.raises(ValueError, match=r"batch of step 0 has images of shape \(2, 3, 32\); channels_last needs 4-dim"):
         train(setup, batches, steps=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# build_setup's defaults and arguments, the copies and zero_grad of each step, the CUDA clock, exact messages
+# and the progress lines
+
+
+def test_build_setup_defaults_are_1000_classes_seed_0_and_sgd_at_lr_0_01():
+    s = build_setup()
+    assert s.model.fc.out_features == 1000
+    assert all(torch.equal(x, y) for x, y in zip(_weights(s), _weights(build_setup(1000, seed=0))))
+    assert [(g["lr"], g["momentum"], g["weight_decay"]) for g in s.optimizer.param_groups] == [(0.01, 0, 0)]
+    assert (s.autocast, s.channels_last) == (None, False)
+
+
+def test_build_setup_accepts_two_classes():
+    assert build_setup(num_classes=2).model.fc.out_features == 2
+
+
+def test_build_setup_puts_the_model_on_its_device():
+    # the meta device stands in for a GPU: a model left on the CPU would show
+    s = build_setup(num_classes=NUM_CLASSES, device="meta")
+    assert s.device == torch.device("meta")
+    assert {p.device for p in s.model.parameters()} == {torch.device("meta")}
+
+
+def test_channels_last_setup_stores_the_conv_weights_channels_last():
+    convs = [p for p in build_setup(NUM_CLASSES, channels_last=True).model.parameters() if p.dim() == 4]
+    assert len(convs) == 20  # ResNet-18: the stem, 16 convolutions in the blocks, 3 downsampling 1x1
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in convs)
+    # a 1x1 kernel is laid out the same in both formats; the 17 larger ones are no longer in the default layout
+    assert [p.is_contiguous() for p in convs if p.shape[-1] > 1] == [False] * 17
+    assert all(p.is_contiguous() for p in build_setup(NUM_CLASSES).model.parameters())
+
+
+def test_train_moves_images_and_labels_to_the_setup_device():
+    # the model and the optimizer on the meta device, the batches on the CPU: the step sees them on meta
+    model = torch.nn.Linear(3, 2).to("meta")
+    setup = Setup(model, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.5),
+                  torch.device("meta"))
+    seen = []
+    train(setup, iter(TINY_BATCHES[:2]), steps=1, warmup=1,
+          on_step=lambda s: seen.append((s.images.device.type, s.labels.device.type, s.output.device.type)))
+    assert seen == [("meta", "meta", "meta")] * 2
+
+
+def test_train_copies_images_and_labels_without_blocking():
+    # non_blocking=True: from pinned host memory the copy to the GPU does not wait for the host (no sync)
+    calls = []
+
+    class Recorded(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.Tensor.to:
+                calls.append(("images" if args[0].dim() == 2 else "labels", kwargs.get("non_blocking")))
+            return super().__torch_function__(func, types, args, kwargs)
+
+    images, labels = TINY_BATCHES[0]
+    train(tiny_setup(Tiny()), iter([(images.as_subclass(Recorded), labels.as_subclass(Recorded))]), steps=1)
+    assert calls == [("images", True), ("labels", True)]
+
+
+def test_train_runs_the_forward_under_the_setup_autocast_dtype():
+    # float16, not the CPU's default autocast dtype (bfloat16): train() passes the dtype that the setup names
+    setup = tiny_setup(Tiny())
+    setup.autocast = torch.float16
+    seen = []
+    train(setup, iter(TINY_BATCHES[:1]), steps=1, on_step=lambda s: seen.append(s.output.dtype))
+    assert seen == [torch.float16]
+
+
+def test_each_step_starts_with_no_gradients():
+    # zero_grad(set_to_none=True): the forward of every step sees .grad None, not a tensor of zeros
+    class GradSpy(Tiny):
+        def forward(self, x):
+            self.grads_at_forward = getattr(self, "grads_at_forward", []) + [self.fc.weight.grad]
+            return super().forward(x)
+
+    model = GradSpy()
+    train(tiny_setup(model), iter(TINY_BATCHES[:3]), steps=2, warmup=1)
+    assert model.grads_at_forward == [None, None, None]
+
+
+class FakeEvent:
+    """Stands in for ``torch.cuda.Event``: ``record()`` stamps the next of the test's times (in ms)."""
+
+    times: list[float] = []
+    synchronized: list[float] = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.ms = None
+
+    def record(self):
+        self.ms = FakeEvent.times.pop(0)
+
+    def synchronize(self):
+        FakeEvent.synchronized.append(self.ms)
+
+    def elapsed_time(self, end):
+        return end.ms - self.ms
+
+
+def test_the_step_clock_on_cuda_records_events_and_waits_only_for_the_last(monkeypatch, fake_time):
+    # on a CUDA device the marks are events (the host clock, which fake_time stops, is not read); the durations
+    # are the differences of consecutive events, and reading them waits for the last event only
+    from mentor.train import _StepClock
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(FakeEvent, "times", [10.0, 12.5, 20.0])
+    monkeypatch.setattr(FakeEvent, "synchronized", [])
+    clock = _StepClock(torch.device("cuda", 0))
+    for _ in range(3):
+        clock.mark()
+    stats = RunStats(clock, batch_size=2, device="cuda:0")
+    assert FakeEvent.synchronized == []  # nothing is read before step_ms is used
+    assert stats.step_ms == [2.5, 7.5]
+    assert FakeEvent.synchronized == [20.0]
+
+
+def test_an_image_batch_of_zero_dimensions_is_refused_with_the_whole_message():
+    with pytest.raises(ValueError) as exc:
+        train(tiny_setup(Tiny()), iter([(torch.tensor(1.0), torch.tensor([0]))]), steps=1)
+    assert str(exc.value) == ("batch of step 0 has 0 images (images shape ()); pass non-empty batches "
+                              "(drop empty ones, or use drop_last=True in the DataLoader).")
+
+
+def test_whole_messages_of_an_empty_run_stats_and_a_report_without_hook():
+    with pytest.raises(ValueError) as exc:
+        RunStats([], batch_size=1, device="cpu")
+    assert str(exc.value) == ("RunStats needs at least one step time; pass a list with one time in ms "
+                              "per timed step.")
+    with pytest.raises(ValueError) as exc:
+        train(tiny_setup(Tiny()), iter(TINY_BATCHES), steps=1, report_every=1)
+    assert str(exc.value) == ("report_every is set but on_report is None: pass a function that takes the "
+                              "step number.")
+
+
+def test_progress_lines_are_exact_at_each_quarter(fake_time, capsys):
+    # 8 steps of 1 s each (the forward), the clock starting at 100 s: lines after steps 2, 4, 6 and 8 only.
+    # Each line is 72 columns: "run x:  25%|" (12) and "| 2/8 [00:02<00:06,  1.00step/s]" (32) leave a bar of
+    # 28 cells, a quarter of them (7) '#' per quarter done; elapsed n s, remaining 8 - n s at 1 step/s.
+    fake_time.now = 100.0
+    train(tiny_setup(Tiny(fake_time, [1.0] * 8)), iter(TINY_BATCHES * 2), steps=8, progress="run x")
+    expected = [f"run x: {25 * q:3d}%|" + "#" * (7 * q) + " " * (28 - 7 * q)
+                + f"| {2 * q}/8 [00:0{2 * q}<00:0{8 - 2 * q},  1.00step/s]" for q in (1, 2, 3, 4)]
+    assert capsys.readouterr().out.splitlines() == expected
+    assert all(len(line) == 72 for line in expected)
+
+
+def test_progress_flushes_each_line(monkeypatch, fake_time):
+    # each line reaches the output at once (a notebook or a log file shows it during the run)
+    import sys
+
+    events: list = []
+
+    class Recorder:
+        def write(self, text):
+            events.append(("write", text))
+
+        def flush(self):
+            events.append("flush")
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    train(tiny_setup(Tiny(fake_time, [1.0] * 4)), iter(TINY_BATCHES), steps=4, progress="p")
+    kinds = [e if e == "flush" else "newline" if e[1] == "\n" else "line" for e in events]
+    assert kinds == ["line", "newline", "flush"] * 4  # 4 steps: a line after each

@@ -123,3 +123,153 @@ def test_sync_cost_seeds_the_model_with_seed_and_the_batches_with_seed_plus_rank
     assert seen["device_batches"] == (8, 32, 1000, cpu, 1)
     assert seen["compare"] == (list(worker.SYNC_CONFIGS), DistributedDataParallel,
                                dict(steps=3, warmup=1, rounds=2, report_every=2, progress=False, seed=0))
+
+
+def test_run_with_its_own_scratch_folder_passes_every_argument_and_keeps_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run() without ``out``: the ranks write into a fresh ``mentor-worker-*`` folder of the temp dir, removed
+    afterwards; nproc, backend, seed and timeout reach torchrun; the child keeps this process's environment and
+    its OMP_NUM_THREADS (one process, nproc=1, is allowed)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    calls = []
+
+    def fake_run(command, **kwargs):
+        calls.append((command, kwargs))
+        folder = Path(command[command.index("--out") + 1])
+        assert folder.is_dir()
+        (folder / "rank0.json").write_text(json.dumps({"rank": 0}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(worker.subprocess, "run", fake_run)
+    monkeypatch.setenv("MENTOR_WORKER_PROBE", "kept")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert worker.run("placements", 1, backend="gloo", seed=5, timeout=7.0) == [{"rank": 0}]
+    [(command, kwargs)] = calls
+    folder = Path(command[command.index("--out") + 1])
+    assert folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith("mentor-worker-")
+    assert not folder.exists()
+    assert command == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+                       "-m", "mentor.worker", "placements", "--out", str(folder), "--seed", "5", "--backend", "gloo"]
+    assert kwargs["timeout"] == 7.0
+    assert (kwargs["env"]["MENTOR_WORKER_PROBE"], kwargs["env"]["OMP_NUM_THREADS"]) == ("kept", "3")
+
+
+@pytest.mark.parametrize("task, nproc, message", [
+    ("train", 2, "unknown task 'train': pass one of ['agree', 'sync-cost', 'placements']."),
+    ("agree", 0, "nproc must be a whole number of processes >= 1, not 0."),
+    ("agree", -1, "nproc must be a whole number of processes >= 1, not -1."),
+    ("agree", True, "nproc must be a whole number of processes >= 1, not True."),
+    ("agree", 1.5, "nproc must be a whole number of processes >= 1, not 1.5."),
+])
+def test_run_refuses_bad_arguments_before_starting_torchrun(monkeypatch: pytest.MonkeyPatch, task: str, nproc,
+                                                            message: str) -> None:
+    """The whole message of each refusal; torchrun is never started."""
+    def fake_run(command, **kwargs):
+        raise AssertionError(f"torchrun started: {command}")
+
+    monkeypatch.setattr(worker.subprocess, "run", fake_run)
+    with pytest.raises(ValueError) as exc:
+        worker.run(task, nproc)
+    assert str(exc.value) == message
+
+
+def test_placements_on_cuda_add_the_gpu_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a CUDA device (no GPU needed: placement_compute is a recorder) all four placements run."""
+    import mentor.ddp
+
+    monkeypatch.setattr(mentor.ddp, "placement_compute", lambda *args: args)
+    assert worker.placements(0, 2, worker.torch.device("cuda", 0), repeats=3) == [
+        (0, 2, "no sync", 3), (0, 2, "default group", 3), (0, 2, "gloo subgroup", 3), (0, 2, "gpu", 3)]
+
+
+def test_sync_configs_describe_each_configuration_and_build_its_metrics_on_the_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the meta device (so that a metric left on the CPU shows): the descriptions, and for the two torchmetrics
+    configurations 7-class macro scores and a loss mean on that device, synced at each step (and fed by forward)
+    only in the second; the suite configuration gets the number of classes, the device and its name."""
+    import mentor.bench
+
+    meta = worker.torch.device("meta")
+    suites = []
+    monkeypatch.setattr(mentor.bench, "suite_config",
+                        lambda num_classes, device, name: suites.append((num_classes, device, name))
+                        or mentor.bench.Config(name))
+    configs = worker.sync_configs(7, meta)
+    assert suites == [(7, meta, "suite, compute")]
+    assert [(c.name, c.description) for c in configs] == [
+        ("no metrics", ""),
+        ("torchmetrics, compute",
+         "macro scores (scatter_stat_scores) and a mean loss, updated, synced by compute()"),
+        ("torchmetrics, per step",
+         "macro scores (scatter_stat_scores) and a mean loss, called (forward) with dist_sync_on_step=True"),
+        ("suite, compute", ""),
+        ("suite, one all-reduce", "FusedMetrics synced in one all-reduce of one float64 buffer")]
+    for config, per_step in ((configs[1], False), (configs[2], True)):
+        on_step, on_report = config.make()
+        metrics = on_report.__self__  # the LossAndScores whose report() is the report hook
+        assert (metrics.forward, metrics.loss.dist_sync_on_step, metrics.loss.mean_value.device) == (
+            per_step, per_step, meta)
+        assert {name: (m.num_classes, m.average, m.dist_sync_on_step, m.tp.device)
+                for name, m in metrics.scores.items()} == {
+            name: (7, "macro", per_step, meta) for name in ("accuracy", "f1_score", "precision", "recall")}
+
+
+def test_sync_cost_on_cuda_gives_ddp_the_rank_device_and_passes_the_same_setup_and_batches_everywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """sync_cost on cuda:1 with DDP, the model, the batches, compare() and the collective counts replaced by
+    recorders (no GPU needed): DDP gets device_ids=[1]; sync_configs gets the profile's classes and the device;
+    compare() and every collectives_per_report() get the DDP setup and this rank's batches."""
+    from dataclasses import dataclass
+
+    import torch.nn.parallel
+
+    import mentor.bench
+    import mentor.data
+    import mentor.train
+
+    @dataclass
+    class FakeSetup:
+        model: object
+
+    class FakeDDP:
+        def __init__(self, module, device_ids=None):
+            self.module, self.device_ids = module, device_ids
+
+    seen: dict = {"collectives": []}
+    batches = object()
+    real_sync_configs = worker.sync_configs
+
+    def sync_configs(num_classes, device):
+        seen["sync_configs"] = (num_classes, device)
+        return real_sync_configs(num_classes, device)
+
+    class Comparison:
+        def to_dict(self):
+            return {"stand-in": True}
+
+    def compare(configs, setup, got_batches, **kwargs):
+        seen["compare"] = (setup, got_batches)
+        return Comparison()
+
+    def collectives_per_report(config, setup, got_batches):
+        seen["collectives"].append((config.name, setup, got_batches))
+        return {}
+
+    cuda1 = worker.torch.device("cuda", 1)
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")
+    monkeypatch.setattr(mentor.train, "build_setup", lambda num_classes, device, seed: FakeSetup("resnet"))
+    monkeypatch.setattr(mentor.data, "device_batches", lambda *args, **kwargs: batches)
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", FakeDDP)
+    monkeypatch.setattr(mentor.bench, "compare", compare)
+    monkeypatch.setattr(worker, "sync_configs", sync_configs)
+    monkeypatch.setattr(worker, "collectives_per_report", collectives_per_report)
+    worker.sync_cost(1, 2, cuda1)
+    setup, got_batches = seen["compare"]
+    assert (setup.model.module, setup.model.device_ids, got_batches) == ("resnet", [1], batches)
+    assert seen["sync_configs"] == (1000, cuda1)
+    assert seen["collectives"] == [(name, setup, batches) for name in worker.SYNC_CONFIGS]

@@ -63,6 +63,18 @@ def test_result_refuses_bad_names_and_rounds_with_the_whole_message(name, rounds
         Result(name, "", rounds)
 
 
+@pytest.mark.parametrize("rounds,message", [
+    ([[1.0], [True]], "Result 'x': step 0 of round 1 is True; step times must be finite positive milliseconds."),
+    ([[1.0, "2"]], "Result 'x': step 1 of round 0 is '2'; step times must be finite positive milliseconds."),
+    ([[float("inf")]], "Result 'x': step 0 of round 0 is inf; step times must be finite positive milliseconds."),
+    ([[0.0]], "Result 'x': step 0 of round 0 is 0.0; step times must be finite positive milliseconds."),
+])
+def test_result_refuses_bad_step_times_with_the_whole_message(rounds, message):
+    # a bool is a number to Python (True == 1) but not a step time; a string is refused before math.isfinite sees it
+    with pytest.raises(ValueError, match=whole(message)):
+        Result("x", "", rounds)
+
+
 @pytest.mark.parametrize("level", [0, 1, 1.5])
 def test_interval_level_must_lie_strictly_between_0_and_1(level):
     message = f"Interval.level must be between 0 and 1 (0.95 for 95 %), got {level!r}."

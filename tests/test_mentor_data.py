@@ -226,14 +226,18 @@ def test_copy_ms_copies_a_224_pixel_batch_22_times_and_takes_the_median_of_the_l
     class Event:
         def __init__(self, enable_timing=False):
             assert enable_timing
+            self.recorded = False
 
         def record(self):
-            pass
+            log.append("record")
+            self.recorded = True
 
         def synchronize(self):
-            pass
+            assert self.recorded
 
         def elapsed_time(self, end):
+            # the time runs from this (start) event to the end event, both recorded around the copy
+            assert isinstance(end, Event) and end is not self and self.recorded and end.recorded
             return next(times)
 
     def empty_like(host, device):
@@ -245,4 +249,193 @@ def test_copy_ms_copies_a_224_pixel_batch_22_times_and_takes_the_median_of_the_l
     monkeypatch.setattr(data, "torch", fake)
     assert copy_ms(8) == 10.5
     shape = (8, 3, 224, 224)
-    assert log == [("pin", shape), ("empty_like", shape, "cuda")] + [("copy", shape, True)] * 22
+    assert log == [("pin", shape), ("empty_like", shape, "cuda")] + ["record", ("copy", shape, True), "record"] * 22
+
+
+# --- defaults, whole messages, pinning and the CUDA copy protocol (fakes stand in for CUDA) ---
+
+
+def test_fake_dataset_defaults_are_the_articles_224_pixels_and_1000_classes() -> None:
+    ds = FakeDataset()
+    assert len(ds) == 100_000_000
+    assert tuple(ds[0][0].shape) == (3, 224, 224)
+    assert (int(ds[999][1]), int(ds[1000][1]), int(ds[2001][1])) == (999, 0, 1)  # labels are index % 1000
+
+
+def test_fake_dataset_label_is_long_even_for_a_numpy_int32_index() -> None:
+    """A sampler built with NumPy hands out np.int32 indices; the label is still a torch.long."""
+    import numpy as np
+
+    label = FakeDataset(length=7, image_size=2, num_classes=3)[np.int32(5)][1]
+    assert label.dtype == torch.long and int(label) == 2
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 12 worker processes")
+def test_make_loader_defaults_and_persistent_workers_only_with_workers() -> None:
+    """Defaults: batch 128 and 12 workers kept alive between epochs; no workers means nothing to keep."""
+    ds = FakeDataset(length=10, image_size=2)
+    loader = make_loader(ds)  # no worker starts before the first iteration
+    assert (loader.batch_size, loader.num_workers, loader.persistent_workers) == (128, 12, True)
+    one = make_loader(ds, batch_size=4, num_workers=1)
+    assert (one.batch_size, one.num_workers, one.persistent_workers) == (4, 1, True)
+    assert make_loader(ds, batch_size=4, num_workers=0).persistent_workers is False
+
+
+def test_make_loader_pins_by_default_when_cuda_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = FakeDataset(length=10, image_size=2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert make_loader(ds, num_workers=0).pin_memory is True
+    assert make_loader(ds, num_workers=0, pin_memory=False).pin_memory is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert make_loader(ds, num_workers=0, pin_memory=True).pin_memory is False
+
+
+def test_device_batches_land_on_the_given_device() -> None:
+    # the meta device exists without any hardware: the batches must be moved there, not left on the CPU
+    images, labels = next(device_batches(2, image_size=4, num_classes=10, device="meta"))
+    assert (images.device.type, labels.device.type) == ("meta", "meta")
+    assert tuple(images.shape) == (2, 3, 4, 4) and tuple(labels.shape) == (2,)
+
+
+def test_host_batches_defaults_are_224_pixels_1000_classes_4_batches_and_seed_0() -> None:
+    """The stream equals a generator seeded with 0 drawing images then labels in [0, 1000), 4 times, then repeats."""
+    gen = torch.Generator().manual_seed(0)
+    expected = [(torch.randn(8, 3, 224, 224, generator=gen), torch.randint(0, 1000, (8,), generator=gen))
+                for _ in range(4)]
+    stream = host_batches(8)
+    for images, labels in expected + expected[:1]:
+        got_images, got_labels = next(stream)
+        assert torch.equal(got_images, images) and torch.equal(got_labels, labels)
+
+
+def test_host_batches_pin_by_default_when_cuda_is_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a GPU, pinning is faked: the stream must hand out the tensors pin_memory() returned."""
+    pinned = []
+
+    def fake_pin(self: torch.Tensor) -> torch.Tensor:
+        out = self.clone()
+        pinned.append(out)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    stream = host_batches(2, image_size=4, num_classes=10, distinct=3)
+    assert len(pinned) == 6  # images and labels of each of the 3 batches
+    for i in range(3):
+        images, labels = next(stream)
+        assert images is pinned[2 * i] and labels is pinned[2 * i + 1]
+    pinned.clear()
+    host_batches(2, image_size=4, num_classes=10, distinct=3, pin_memory=False)
+    assert pinned == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    host_batches(2, image_size=4, num_classes=10, distinct=3, pin_memory=True)
+    assert pinned == []
+
+
+@pytest.mark.parametrize("field", ["batch_size", "image_size", "num_classes", "distinct"])
+def test_host_batches_reject_bad_sizes_with_the_whole_message(field: str) -> None:
+    kwargs = dict(batch_size=2, image_size=4, num_classes=10, distinct=2)
+    kwargs[field] = 0
+    with pytest.raises(ValueError) as raised:
+        host_batches(**kwargs)
+    assert str(raised.value) == f"{field} must be a positive int, got 0."
+
+
+def test_prefetcher_whole_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TypeError) as raised:
+        DevicePrefetcher(3, "cpu")  # type: ignore[arg-type]
+    assert str(raised.value) == "batches must be an iterable of (images, labels), such as a DataLoader, not int."
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as raised:
+        DevicePrefetcher([], "cuda")
+    assert str(raised.value) == "DevicePrefetcher was given a CUDA device but torch sees none; pass 'cpu'."
+
+
+def test_prefetcher_moves_images_and_labels_to_a_non_cuda_device() -> None:
+    source = [(torch.zeros(2, 3), torch.tensor([1, 0]))]
+    (images, labels), = list(DevicePrefetcher(source, "meta"))
+    assert (images.device.type, labels.device.type) == ("meta", "meta")
+    assert tuple(images.shape) == (2, 3) and labels.dtype == torch.long
+
+
+def test_prefetcher_on_cuda_copies_one_batch_ahead_on_a_side_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake streams and host 'tensors' log what the prefetcher asks of CUDA, in order.
+
+    Batch 0 is copied (non-blocking, on the side stream) before the loop; each batch is handed out only after
+    the compute stream waits for the side stream, its tensors are recorded on the compute stream, and the copy
+    of the next batch is issued.
+    """
+    import contextlib
+
+    log: list = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_stream(self, other: "Stream") -> None:
+            log.append(("wait", self.name, other.name))
+
+    class HostTensor:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def to(self, device: torch.device, non_blocking: bool = False) -> "HostTensor":
+            log.append(("copy", self.name, str(device), non_blocking))
+            return HostTensor(self.name + "@gpu")
+
+        def record_stream(self, stream: Stream) -> None:
+            log.append(("record", self.name, stream.name))
+
+    @contextlib.contextmanager
+    def on(stream: Stream):
+        log.append(("enter", stream.name))
+        yield
+        log.append(("exit", stream.name))
+
+    def side_stream(device: torch.device) -> Stream:
+        log.append(("new stream", str(device)))
+        return Stream("side")
+
+    def current_stream(device: torch.device) -> Stream:
+        log.append(("current", str(device)))
+        return Stream("compute")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Stream", side_stream)
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    source = [(HostTensor("x0"), HostTensor("y0")), (HostTensor("x1"), HostTensor("y1"))]
+    it = iter(DevicePrefetcher(source, "cuda:1"))
+    x, y = next(it)
+    assert (x.name, y.name) == ("x0@gpu", "y0@gpu")
+
+    def copy(i: int) -> list:
+        return [("enter", "side"), ("copy", f"x{i}", "cuda:1", True), ("copy", f"y{i}", "cuda:1", True),
+                ("exit", "side")]
+
+    def hand_out(i: int) -> list:
+        return [("current", "cuda:1"), ("wait", "compute", "side"), ("record", f"x{i}@gpu", "compute"),
+                ("record", f"y{i}@gpu", "compute")]
+
+    assert log == [("new stream", "cuda:1")] + copy(0) + hand_out(0) + copy(1)
+    log.clear()
+    x, y = next(it)
+    assert (x.name, y.name) == ("x1@gpu", "y1@gpu")
+    assert log == hand_out(1)
+    assert list(it) == []
+
+
+def test_loader_ms_per_batch_rejects_a_bool_skip_with_the_whole_message() -> None:
+    with pytest.raises(ValueError) as raised:
+        loader_ms_per_batch([], batches=2, skip=True)
+    assert str(raised.value) == "skip must be an int >= 0, got True."
+
+
+def test_copy_ms_checks_repeats_with_the_whole_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mentor import data
+
+    monkeypatch.setattr(data.torch.cuda, "is_available", lambda: True)  # the check comes before any CUDA call
+    with pytest.raises(ValueError) as raised:
+        copy_ms(2, 4, repeats=0)
+    assert str(raised.value) == "repeats must be a positive int, got 0."

@@ -304,3 +304,93 @@ def test_metric_compute_by_default_breaks_under_a_cuda_only_group():
     with single_rank_group("cuda:gloo"):
         with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
             metric_compute(0, 1)
+
+
+# --- pinned by mutation testing (mutants of ddp that survived a mutmut run) ---
+
+
+def test_default_backend_is_lower_case_nccl_when_cuda_is_available(monkeypatch):
+    """single_rank_group tests `"nccl" in backend`: the name must be spelled as torch spells it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_backend() == "nccl"
+
+
+class _FakeCudaMetric:
+    """Stands in for a metric on a CUDA device: records what each update gets; compute returns the last value."""
+
+    device = torch.device("cuda")
+
+    def __init__(self):
+        self.updates = []
+
+    def update(self, value):
+        self.updates.append(value)
+
+    def compute(self):
+        return torch.as_tensor(self.updates[-1])
+
+
+def test_compute_ms_feeds_a_cuda_metric_host_tensors_and_a_cpu_metric_the_float(monkeypatch):
+    """A CUDA metric gets host_scalar(value) (a float32 CPU tensor, copied without a sync), never the bare float."""
+    from mentor.metrics import host_scalar
+
+    made = []
+    monkeypatch.setattr("mentor.metrics.host_scalar", lambda v: made.append(v) or host_scalar(v))
+    metric = _FakeCudaMetric()
+    assert compute_ms(metric, 2.5, repeats=2)[0] == 2.5
+    assert made == [2.5, 2.5, 2.5]  # the untimed update and two timed ones
+    assert all(isinstance(u, torch.Tensor) and u.device.type == "cpu" and u.dtype == torch.float32
+               and float(u) == 2.5 for u in metric.updates)
+    cpu = MeanMetric()
+    cpu_updates = []
+    monkeypatch.setattr(cpu, "update", lambda v: cpu_updates.append(v))
+    monkeypatch.setattr(cpu, "compute", lambda: torch.tensor(2.5))
+    compute_ms(cpu, 2.5, repeats=1)
+    assert cpu_updates == [2.5, 2.5] and made == [2.5, 2.5, 2.5]
+
+
+def test_compute_ms_accepts_a_single_repeat():
+    metric = MeanMetric()
+    assert compute_ms(metric, 4.0, repeats=1)[0] == 4.0
+    assert int(metric.update_count) == 2  # the untimed report and the one timed
+
+
+def test_placement_metric_default_group_syncs_through_the_default_group():
+    with single_rank_group("gloo"):
+        metric = placement_metric("default group")
+        assert type(metric) is MeanMetric
+        assert metric.sync_on_compute is True and metric.process_group is None
+
+
+def test_only_the_gloo_subgroup_placement_makes_a_group(monkeypatch):
+    """new_group is a collective of every rank: placements that do not need a subgroup must not make one."""
+    from mentor.ddp import placement_compute
+
+    made = []
+    real = dist.new_group
+    monkeypatch.setattr(dist, "new_group", lambda **kw: made.append(kw) or real(**kw))
+    with single_rank_group("gloo"):
+        for placement in ("no sync", "default group"):
+            result = placement_compute(0, 1, placement, 1)
+            assert (result["placement"], result["value"]) == (placement, 1.0)
+        assert made == []
+        assert placement_compute(0, 1, "gloo subgroup", 1)["value"] == 1.0
+    assert made == [{"backend": "gloo"}]
+
+
+def test_placement_compute_reports_twenty_timed_computes_by_default(monkeypatch):
+    from mentor.ddp import placement_compute
+
+    seen = []
+    monkeypatch.setattr("mentor.ddp.compute_ms", lambda metric, value, repeats: seen.append(repeats) or (value, 1.0))
+    with single_rank_group("gloo"):
+        assert placement_compute(0, 1, "no sync") == {"placement": "no sync", "value": 1.0, "compute_ms": 1.0}
+    assert seen == [20]
+
+
+def test_one_rank_placements_run_in_a_group_on_the_given_backend():
+    """ranks=1 runs in this process on `backend`: a CUDA-only group breaks the CPU metric's sync, as on two ranks."""
+    (row,) = placements_cost("cuda:gloo", ["default group"], repeats=1)
+    assert row == {"backend": "cuda:gloo", "placement": "default group",
+                   "error": "No backend type associated with device type cpu"}
+    assert not dist.is_initialized()

@@ -269,3 +269,131 @@ def test_chapter_run_on_the_cpu_keeps_the_hardware_it_glued(monkeypatch):
     monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert env.chapter_run().hardware == "the CPU (smoke profile, not a measurement)"
+
+
+# --- the CUDA branches with a faked torch.cuda, whole messages, the stored-runs table's edge rows, the repr ---
+
+
+def test_environment_report_with_cuda_names_device_0_and_counts_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(env, "_driver_version", lambda: "580.95.05")
+    report = environment_report()
+    assert (report["gpu"], report["gpu_count"], report["driver"]) == ("NVIDIA H200", 2, "580.95.05")
+    assert asked == [0]  # the first GPU names the machine
+
+
+def test_full_profile_with_cuda_is_the_articles_sizes_on_the_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    p = get_profile("full")
+    assert (p.name, p.device) == ("full", torch.device("cuda"))
+    assert (p.image_size, p.batch_size, p.num_classes, p.warmup, p.steps, p.rounds, p.report_every) == (
+        224, 128, 1000, 10, 60, 5, 50)
+
+
+def test_pick_device_defaults_to_cuda_when_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device() == torch.device("cuda")
+    assert pick_device("cuda:1") == torch.device("cuda", 1)
+    assert pick_device("cpu") == torch.device("cpu")  # an explicit preference wins
+
+
+def test_pick_device_cuda_without_gpu_whole_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError) as raised:
+        pick_device("cuda")
+    assert str(raised.value) == "prefer='cuda' was asked for but torch sees no CUDA device; pass 'cpu' or None."
+
+
+def test_chapter_run_seconds_uses_the_given_now_else_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(env.time, "perf_counter", lambda: 1000.0)
+    run = env.ChapterRun("the CPU", started=100.0)
+    assert run.seconds(now=162.5) == 62.5
+    assert run.seconds() == 900.0
+
+
+def test_stored_runs_defaults_to_the_current_folder(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mentor.env import StoredRun, stored_runs
+
+    _notebook(tmp_path / "a.ipynb")
+    monkeypatch.chdir(tmp_path)
+    assert stored_runs() == [StoredRun("a.ipynb", None, None, None, {})]
+
+
+def test_stored_runs_skips_only_the_named_notebooks_wherever_they_sort(tmp_path) -> None:
+    from mentor.env import stored_runs
+
+    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
+        _notebook(tmp_path / name)
+    assert [run.notebook for run in stored_runs(tmp_path, skip=("a.ipynb",))] == ["b.ipynb", "c.ipynb"]
+
+
+def test_stored_runs_a_notebook_without_metadata_has_no_stored_run(tmp_path) -> None:
+    from mentor.env import StoredRun, stored_runs
+
+    (tmp_path / "bare.ipynb").write_text(json.dumps({"cells": [], "nbformat": 4, "nbformat_minor": 5}))
+    assert stored_runs(tmp_path) == [StoredRun("bare.ipynb", None, None, None, {})]
+
+
+def test_stored_runs_reads_utf8_notebooks_even_in_the_c_locale(tmp_path) -> None:
+    """Jupyter writes notebooks as UTF-8 with non-ASCII text as is; the C locale would read them as ASCII."""
+    import locale
+
+    from mentor.env import stored_runs
+
+    meta = {"executed": "2026-11-30T23:37:04+00:00", "provenance": {"gpu": "GPU µ", "torch": "2.11.0"}}
+    text = json.dumps({"cells": [], "metadata": {"mentor": meta}}, ensure_ascii=False)
+    (tmp_path / "a.ipynb").write_bytes(text.encode("utf-8"))
+    old = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        runs = stored_runs(tmp_path)
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
+    assert runs[0].provenance == {"gpu": "GPU µ", "torch": "2.11.0"}
+
+
+def test_stored_runs_table_rows_without_seconds_or_hash_and_machines_shared_by_some_runs() -> None:
+    from mentor.env import StoredRun, stored_runs_table
+
+    h200 = {"gpu": "NVIDIA H200", "torch": "2.11.0", "torchmetrics": "1.9.0"}
+    runs = [
+        StoredRun("a.ipynb", None, None, None, {}),
+        StoredRun("b.ipynb", "2026-11-30T23:38:15+00:00", None, None, h200),
+        StoredRun("c.ipynb", "2026-12-01T01:02:03+00:00", 5.0, "abc", h200),
+        StoredRun("d.ipynb", "2026-12-01T04:05:06+00:00", 12.34, "0123456789abcdef0", {"torch": "2.9.0",
+                                                                                        "torchmetrics": "1.8.0"}),
+    ]
+    assert stored_runs_table(runs).splitlines() == [
+        "notebook                   executed (UTC)    seconds  mentor",
+        "a.ipynb                    not executed by make gpu-run",
+        "b.ipynb                    2026-11-30 23:38        -  -",
+        "c.ipynb                    2026-12-01 01:02      5.0  abc",
+        "d.ipynb                    2026-12-01 04:05     12.3  0123456789ab",
+        "b.ipynb, c.ipynb: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0",
+        "d.ipynb: CPU, torch 2.9.0, torchmetrics 1.8.0",
+    ]
+    # one run alone is named, not "every run above"
+    assert stored_runs_table(runs[2:3]).splitlines()[-1] == "c.ipynb: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0"
+
+
+@pytest.mark.parametrize("name, expected", [
+    # 77 columns, and num_classes would make 95: it starts the second line under the first field
+    ("smoke", "Profile(name='smoke', device=device(type='cpu'), image_size=32, batch_size=8,\n"
+              "        num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2)"),
+    # an 8-letter name: batch_size ends the first line at exactly 80 columns and stays there
+    ("abcdefgh", "Profile(name='abcdefgh', device=device(type='cpu'), image_size=32, batch_size=8,\n"
+                 "        num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2)"),
+    # a 9-letter name: batch_size would end at 81, so it moves down; report_every would end at 84
+    ("abcdefghi", "Profile(name='abcdefghi', device=device(type='cpu'), image_size=32,\n"
+                  "        batch_size=8, num_classes=1000, warmup=1, steps=3, rounds=2,\n"
+                  "        report_every=2)"),
+    # a name longer than a line stays on the first line, after "Profile(" (a field never splits)
+    ("x" * 70, "Profile(name='" + "x" * 70 + "',\n"
+               "        device=device(type='cpu'), image_size=32, batch_size=8,\n"
+               "        num_classes=1000, warmup=1, steps=3, rounds=2, report_every=2)"),
+])
+def test_profile_repr_is_exact(name: str, expected: str) -> None:
+    assert repr(get_profile("smoke").with_(name=name)) == expected

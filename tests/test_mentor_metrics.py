@@ -1,5 +1,6 @@
 """CPU tests of mentor.metrics: the sync-free variants against torchmetrics, the metric sets, TensorBoard I/O."""
 
+import itertools
 import math
 import re
 import warnings
@@ -789,3 +790,199 @@ def test_collection_way_defaults_to_the_cpu():
 
     step = collection_way("explicit groups", 3)
     assert step.metrics["accuracy"].tp.device.type == "cpu"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pinned by the mutation run: the module's by-name lookup, the made classes' docstrings and name clashes,
+# the devices and dtypes passed on, the edges of the label checks, the defaults, whole error messages
+
+
+def whole(message: str) -> str:
+    """An anchored regex that matches ``message`` exactly (pytest.raises(match=...) only searches)."""
+    return "^" + re.escape(message) + "$"
+
+
+def test_module_getattr_makes_the_classes_by_name():
+    """What unpickling in a fresh process calls: the module's ``__getattr__``, called here directly (in this
+    process the classes may already be module globals, which attribute access would find first)."""
+    import mentor.metrics
+    from torchmetrics import CatMetric
+
+    assert mentor.metrics.__getattr__("NoNanCheckCatMetric") is suppress_nan_check(CatMetric)
+    assert mentor.metrics.__getattr__("ScatterMulticlassF1Score") is scatter_stat_scores(MulticlassF1Score)
+    # a prefix with a base from the other module, an unknown base, no prefix at all
+    for name in ("ScatterMeanMetric", "NoNanCheckNothing", "MeanMetric"):
+        with pytest.raises(AttributeError, match=whole(f"module 'mentor.metrics' has no attribute {name!r}")):
+            mentor.metrics.__getattr__(name)
+
+
+def test_made_classes_carry_their_docstrings():
+    assert suppress_nan_check(SumMetric).__doc__ == "SumMetric without the NaN check."
+    assert scatter_stat_scores(MulticlassRecall).__doc__ == "MulticlassRecall counting with scatter_add_, without a sync."
+    assert suppress_nan_check(SumMetric).__qualname__ == "NoNanCheckSumMetric"
+
+
+def test_a_second_base_of_the_same_name_is_refused():
+    """Two bases named MeanMetric would both need mentor.metrics.NoNanCheckMeanMetric: pickling needs one name each."""
+    import mentor.metrics
+
+    made = suppress_nan_check(MeanMetric)  # mentor.metrics.NoNanCheckMeanMetric now exists
+    other = type("MeanMetric", (MeanMetric,), {"__module__": "elsewhere"})
+    message = ("mentor.metrics.NoNanCheckMeanMetric already exists for another class named MeanMetric "
+               "(torchmetrics.aggregation); give elsewhere.MeanMetric another name so that both can be pickled.")
+    with pytest.raises(TypeError, match=whole(message)):
+        suppress_nan_check(other)
+    assert mentor.metrics.NoNanCheckMeanMetric is made and suppress_nan_check(MeanMetric) is made
+
+
+@pytest.mark.parametrize("x, weight", [(0.1, None), (0.1, 2.5), (3, 0.5), (torch.tensor([0.1, 2.0]), 0.25),
+                                       (torch.tensor([1, 2]), torch.tensor([0.5, 1.5], dtype=torch.float64))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_suppressed_cast_returns_what_the_base_hook_returns(x, weight, dtype):
+    """On NaN-free input the hook converts like BaseAggregator's (Python numbers straight to the metric's dtype,
+    so 0.1 in float64 is float64's 0.1, not float32's; Python float weights too), only without the check."""
+    fast, plain = suppress_nan_check(MeanMetric)(), MeanMetric(nan_strategy="error")
+    fast.set_dtype(dtype)
+    plain.set_dtype(dtype)
+    got = fast._cast_and_nan_check_input(x, weight)
+    want = plain._cast_and_nan_check_input(x, weight)
+    assert got[0].dtype == got[1].dtype == dtype
+    assert_close(got, want, **EXACT)
+
+
+def test_suppressed_cast_makes_numbers_on_the_metrics_device():
+    # "meta" stands in for a GPU: a Python number becomes a tensor where the metric's states live
+    fast = suppress_nan_check(MeanMetric)().to("meta")
+    x, w = fast._cast_and_nan_check_input(0.5, 2.0)
+    assert (x.device.type, w.device.type) == ("meta", "meta")
+    from torchmetrics import CatMetric
+
+    cat = suppress_nan_check(CatMetric)().to("meta")
+    cat.update(1.0)
+    assert cat.compute().device.type == "meta"
+
+
+def test_collection_way_and_metric_set_put_every_metric_on_the_device():
+    from mentor.metrics import COLLECTION_WAYS, collection_way
+
+    for way in COLLECTION_WAYS:
+        held = collection_way(way, 3, device="meta").metrics
+        assert {m.tp.device.type for m in held.values()} == {"meta"}, way
+    ms = metric_set("naive", num_classes=3, device="meta")
+    assert {m.tp.device.type for m in ms.scores.values()} == {"meta"}
+    assert ms.loss.mean_value.device.type == "meta"
+
+
+def test_multiclass_counts_keep_the_device_of_the_labels():
+    preds, target = torch.tensor([0, 1, 1]).to("meta"), torch.tensor([0, 1, 0]).to("meta")
+    got = multiclass_counts(preds, target, 2, with_invalid=True)
+    assert [t.device.type for t in got] == ["meta"] * 5
+
+
+def test_multiclass_counts_leave_out_labels_equal_to_num_classes():
+    # positions: prediction 3 (one past the last class), a hit on class 0, target 3
+    tp, fp, tn, fn, invalid = multiclass_counts(torch.tensor([3, 0, 1]), torch.tensor([0, 0, 3]), 3,
+                                                with_invalid=True)
+    # only the hit is counted: class 0 is its true positive, classes 1 and 2 its true negatives
+    assert (tp.tolist(), fp.tolist(), tn.tolist(), fn.tolist(), int(invalid)) == (
+        [1, 0, 0], [0, 0, 0], [0, 1, 1], [0, 0, 0], 2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0])
+def test_multiclass_counts_refuses_bad_num_classes_with_the_whole_message(bad):
+    with pytest.raises(ValueError, match=whole(f"num_classes must be an int >= 1, got {bad!r}.")):
+        multiclass_counts(torch.tensor([0]), torch.tensor([0]), bad)
+
+
+@pytest.mark.parametrize("average", AVERAGES)
+def test_scatter_keeps_the_states_of_torchmetrics(average):
+    """Not only the values: the states have torchmetrics' shapes (micro: one count each), so they sync and merge
+    like the plain metric's."""
+    preds, target = torch.tensor([0, 1, 2, 3, 3]), torch.tensor([0, 2, 2, 3, 1])
+    plain = MulticlassStatScores(num_classes=4, average=average)
+    fast = scatter_stat_scores(MulticlassStatScores)(num_classes=4, average=average)
+    for m in (plain, fast):
+        m.update(preds, target)
+    for state in ("tp", "fp", "tn", "fn"):
+        assert_close(getattr(fast, state), getattr(plain, state), **EXACT)
+    if average == "micro":
+        # three hits, two misses (each a false positive for one class and a false negative for another),
+        # and 4 classes x 5 positions = 20 decisions in all: 20 - 3 - 2 - 2 = 13 true negatives
+        assert (fast.tp.tolist(), fast.fp.tolist(), fast.fn.tolist(), fast.tn.tolist()) == ([3], [2], [2], [13])
+
+
+def test_score_metrics_defaults_to_micro_torchmetrics_classes():
+    m = score_metrics(4)
+    assert [type(x) for x in m.values()] == [MulticlassAccuracy, MulticlassPrecision, MulticlassRecall,
+                                             MulticlassF1Score]
+    assert {x.average for x in m.values()} == {"micro"}
+    assert {x.average for x in score_metrics(4, "micro", sync_free=True).values()} == {"micro"}
+
+
+@pytest.mark.parametrize("bad", [MeanMetric, None])
+def test_scatter_stat_scores_refuses_other_classes_with_the_whole_message(bad):
+    message = ("scatter_stat_scores takes a multiclass stat-score metric class such as "
+               "torchmetrics.classification.MulticlassPrecision (a MulticlassStatScores subclass), "
+               f"not {bad!r}. Accuracy(task='multiclass') is a factory: use MulticlassAccuracy.")
+    with pytest.raises(TypeError, match=whole(message)):
+        scatter_stat_scores(bad)
+
+
+def test_loss_and_scores_refuses_a_dict_of_scores_with_the_whole_message():
+    message = ("scores must be a torchmetrics MetricCollection (wrap your metrics: "
+               "MetricCollection({'accuracy': ...})), not dict.")
+    with pytest.raises(TypeError, match=whole(message)):
+        LossAndScores(MeanMetric(), {"acc": MulticlassAccuracy(3)})
+
+
+def test_read_tensorboard_reads_every_scalar(tmp_path):
+    """TensorBoard's EventAccumulator keeps a sample of 10,000 scalars per tag by default; all are read back."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    n = 10_001
+    writer = SummaryWriter(str(tmp_path))
+    for step in range(n):
+        writer.add_scalar("train/x", float(step % 2), global_step=step)  # 0.0 and 1.0: exact in float32
+    writer.close()
+    assert read_tensorboard(tmp_path) == {"train/x": [(step, float(step % 2)) for step in range(n)]}
+
+
+@pytest.mark.parametrize("bad", [True, 2.5, 0])
+def test_plot_scalars_refuses_bad_ncols_with_the_whole_message(bad, close_figures):
+    from mentor.metrics import plot_scalars
+
+    with pytest.raises(ValueError, match=whole(f"ncols must be an int >= 1, got {bad!r}.")):
+        plot_scalars({"a": [(1, 1.0)], "b": [(1, 2.0)]}, ncols=bad)
+
+
+def test_plot_scalars_draws_on_given_axes_as_a_grid_or_a_list(close_figures):
+    import matplotlib.pyplot as plt
+
+    from mentor.metrics import plot_scalars
+
+    scalars = {"b": [(1, 2.0), (2, 3.0)], "a": [(1, 1.0), (2, 0.5)]}
+    _, grid = plt.subplots(2, 1, squeeze=False)  # a 2-D array of Axes: read through .flat
+    _, (left, right) = plt.subplots(1, 2)
+    for given, expected in ((grid, [grid[0, 0], grid[1, 0]]), ([left, right], [left, right])):
+        axes = plot_scalars(scalars, axes=given)
+        assert axes == expected
+        assert [ax.get_title() for ax in axes] == ["a", "b"]
+        assert [list(ax.lines[0].get_ydata()) for ax in axes] == [[1.0, 0.5], [2.0, 3.0]]
+
+
+def test_plot_scalars_panels_do_not_overlap(close_figures):
+    """Titles, tick labels and the x label of one panel stay clear of the next panel's, inside the figure."""
+    from mentor.metrics import plot_scalars
+
+    scalars = {f"train/t{i}": [(1, 0.125 * i), (2, 0.5 + i)] for i in range(5)}
+    axes = plot_scalars(scalars)
+    fig = axes[0].figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.get_tightbbox(renderer) for ax in axes]
+    figure_box = fig.bbox
+    for box in boxes:
+        assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1
+        assert figure_box.y0 <= box.y0 and box.y1 <= figure_box.y1
+    for i, j in itertools.combinations(range(len(boxes)), 2):
+        assert not boxes[i].overlaps(boxes[j]), (axes[i].get_title(), axes[j].get_title())

@@ -7,6 +7,7 @@ import threading
 import traceback
 import types
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -100,9 +101,45 @@ def test_record_steps_on_cpu(tmp_path):
     path = record_steps(build_setup(num_classes=10), device_batches(2, 32, 10), tmp_path / "r.json.gz",
                         on_step=lambda s: seen.append(s.index), warmup=1, active=2)
     assert path == tmp_path / "r.json.gz" and path.is_file()
-    assert len(step_windows(load_trace(path))) == 2
+    # the profiled run's step 0 is the one warm-up step; steps 1 and 2 are recorded
+    assert [w.name for w in step_windows(load_trace(path))] == ["ProfilerStep#1", "ProfilerStep#2"]
     # two untimed steps, then warmup + active profiled ones: each run's hook indices start at 0
     assert seen == [0, 1, 0, 1, 2]
+
+
+def test_record_steps_defaults_to_two_warmup_and_three_active_steps(tmp_path):
+    seen = []
+    path = record_steps(build_setup(num_classes=10), device_batches(2, 32, 10), tmp_path / "r.json",
+                        on_step=lambda s: seen.append(s.index))
+    assert seen == [0, 1, 0, 1, 2, 3, 4]  # 2 untimed, then warmup 2 + active 3
+    assert [w.name for w in step_windows(load_trace(path))] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+
+
+def test_record_steps_hides_only_the_profiler_s_clears_events_warning(tmp_path, monkeypatch):
+    """torch's profiler may warn that it "clears events at the end of each cycle" (torch 2.14 does so once per
+    process, for a repeating schedule): record_steps hides that warning and passes every other one on, here the hook's.
+
+    A fake profiling_session stands in for torch's, so that the warning is raised whatever the torch version.
+    """
+    torch_message = ("Warning: Profiler clears events at the end of each cycle. Only events from the current "
+                     "cycle will be reported. To keep events across cycles, set acc_events=True.")
+    steps = []
+
+    @contextmanager
+    def fake_session(trace_path, **schedule):
+        assert (trace_path, schedule) == (tmp_path / "r.json", dict(wait=0, warmup=1, active=2))
+        warnings.warn(torch_message, UserWarning)
+        yield types.SimpleNamespace(step=lambda: steps.append("step"))
+
+    monkeypatch.setattr(profiling, "profiling_session", fake_session)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = record_steps(build_setup(num_classes=10), device_batches(2, 32, 10), tmp_path / "r.json",
+                            on_step=lambda s: warnings.warn(f"hook of step {s.index}", UserWarning), warmup=1, active=2)
+    assert path == tmp_path / "r.json"
+    assert [str(w.message) for w in caught] == ["hook of step 0", "hook of step 1",  # the untimed steps
+                                                "hook of step 0", "hook of step 1", "hook of step 2"]
+    assert steps == ["step"] * 3
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -166,6 +203,51 @@ def test_step_syncs_without_step_windows_raises():
         step_syncs(t)
 
 
+def test_step_syncs_attributes_at_the_edges_of_a_range():
+    """A call belongs to a range that starts with it or that it ends with; one that ends up to 1e-3 us (a trace's
+    nanosecond resolution) after the range still belongs to it, one that ends later does not. Of two ranges with the
+    same times the later-listed one is the innermost."""
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 100, 1, 1),
+        Event("edge", "user_annotation", 10, 20, 1, 1),               # [10, 30]
+        Event("tolerance", "user_annotation", 40, 10, 1, 1),          # [40, 50]
+        Event("short", "user_annotation", 60, 11, 1, 1),              # [60, 71]
+        Event("first", "user_annotation", 80, 10, 1, 1),
+        Event("second", "user_annotation", 80, 10, 1, 1),
+        Event("cudaStreamSynchronize", "cuda_runtime", 10, 2, 1, 1),   # starts with "edge"
+        Event("cudaStreamSynchronize", "cuda_runtime", 28, 2, 1, 1),   # ends with "edge" (at 30)
+        Event("cudaStreamSynchronize", "cuda_runtime", 50, 1e-3, 1, 1),  # ends at 50 + 1e-3: inside the tolerance
+        Event("cudaStreamSynchronize", "cuda_runtime", 70, 1.5, 1, 1),  # ends at 71.5, 0.5 us after "short"
+        Event("cudaStreamSynchronize", "cuda_runtime", 82, 2, 1, 1),   # inside "first" and "second"
+    ])
+    (step,) = step_syncs(t)
+    assert step.ranges == ("edge", "edge", "tolerance", "(none)", "second")
+
+
+def test_step_syncs_lists_the_waits_of_each_window_in_it():
+    """A probable wait belongs to the window it starts in, not to every window."""
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 1000, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 10, 5, 1, 1),
+        Event("ProfilerStep#2", "user_annotation", 1000, 1000, 1, 1),
+        Event("cudaMemcpyAsync", "cuda_runtime", 1100, 400, 1, 1),      # a long copy in the second step
+    ])
+    first, second = step_syncs(t)
+    assert first.waits == ()
+    assert [(w.name, w.start) for w in second.waits] == [("cudaMemcpyAsync", 1100)]
+
+
+@pytest.mark.parametrize("path, where", [("", ""), ("x.json", " 'x.json'")])
+def test_step_syncs_without_step_windows_says_exactly_why(path, where):
+    """The trace's path is named when it has one; a trace built in memory has none."""
+    t = Trace([Event("cudaStreamSynchronize", "cuda_runtime", 1, 1, 1, 1)], path=path)
+    with pytest.raises(ValueError) as raised:
+        step_syncs(t)
+    assert str(raised.value) == (f"the trace{where} has no ProfilerStep windows, so there are no steps to count syncs "
+                                 "in; record it with mentor.profiling.profiling_session (or record_steps) and call "
+                                 "prof.step() once per training step.")
+
+
 def test_step_syncs_lists_probable_waits():
     t = Trace([
         Event("ProfilerStep#1", "user_annotation", 0, 1000, 1, 1),
@@ -212,6 +294,9 @@ def test_step_syncs_h200_traces_have_no_probable_waits(name):
     ("/home/u/elsewhere/script.py", "/home/u/elsewhere/script.py"),
     ("/tmp/ipykernel_759/1813045355.py", "<cell>"),  # a Jupyter cell's temporary file
     ("/tmp/ipykernel_759/helpers.py", "/tmp/ipykernel_759/helpers.py"),  # a real file in such a folder
+    # only the first marker splits: a package folder inside site-packages keeps its own site-packages/
+    ("/venv/site-packages/pkg/site-packages/mod.py", "pkg/site-packages/mod.py"),
+    (r"C:\Users\u\AppData\Local\Temp\ipykernel_759\1813045355.py", "<cell>"),  # a cell on Windows
 ])
 def test_short_path(path, expected):
     assert short_path(path) == expected
@@ -320,6 +405,23 @@ def test_audit_table_fits_its_width_and_cuts_long_source_lines():
         f"{'none':<72} 0 syncs",
     ]
     assert max(map(len, table.splitlines())) == 80
+
+
+def test_audit_table_at_its_minimum_width_keeps_a_line_that_fits_exactly(tmp_path):
+    """width=30 is allowed. An indented source line of exactly 30 columns stays whole; one of 31 is cut to
+    29 columns + "…"."""
+    source = tmp_path / "mod.py"
+    source.write_text("value = 12345678901234567\nvalue = 123456789012345678\n")  # 25 and 26 characters
+    fits, too_long = SyncSite(str(source), 1, "f", ()), SyncSite(str(source), 2, "f", ())
+    table = audit_table({"a": SyncReport([fits, too_long])}, width=30)
+    assert table.splitlines() == [
+        f"{'a':<22} 2 syncs",  # 30 - len("2 syncs") - 1 = 22 columns for the label
+        f"  1x {fits.where}",
+        "     value = 12345678901234567",
+        f"  1x {too_long.where}",
+        "     value = 1234567890123456…",
+    ]
+    assert len(table.splitlines()[2]) == 30 and len(table.splitlines()[4]) == 30
 
 
 @pytest.mark.parametrize("width", [29, 80.0, None])
@@ -658,6 +760,71 @@ def test_ranged_mean_weights_and_nan_error():
     strict = ranged_mean_metric()(nan_strategy="error")
     with pytest.raises(RuntimeError, match="Encountered `nan` values in tensor"):
         strict.update(torch.tensor([1.0, float("nan")]))
+
+
+def test_ranged_mean_makes_python_numbers_in_the_metric_s_dtype():
+    """In a float64 metric 0.1 stays the float64 0.1 (as float32 it would be 0.100000001490116...), as in MeanMetric."""
+    for cls in (ranged_mean_metric(), MeanMetric):
+        m = cls().set_dtype(torch.float64)
+        m.update(0.1)
+        assert (m.mean_value.item(), m.weight.item()) == (0.1, 1.0), cls
+        w = cls().set_dtype(torch.float64)
+        w.update(torch.tensor(2.0, dtype=torch.float64), weight=0.1)
+        assert (w.mean_value.item(), w.weight.item()) == (0.2, 0.1), cls  # 2 * 0.1 is exact in binary
+
+
+def test_ranged_mean_makes_python_numbers_on_the_metric_s_device_not_the_default_one():
+    """Under a default device of "meta", the numbers still go to the CPU metric's device (meta tensors hold no
+    values: bool(nans.any()) of one raises)."""
+    m = ranged_mean_metric()()
+    with torch.device("meta"):
+        m.update(2.0, weight=0.5)
+        m.update(4.0, weight=1.5)
+    assert m.mean_value.device.type == "cpu"
+    assert (m.mean_value.item(), m.weight.item()) == (2.0 * 0.5 + 4.0 * 1.5, 2.0)
+    assert m.compute().item() == 3.5
+
+
+def test_ranged_mean_casts_value_and_weight_to_the_metric_s_dtype_before_multiplying():
+    """float64 inputs to a float32 metric are cast first, as MeanMetric does. Each input is 1 + 0.4 * 2**-23, which
+    float32 rounds to 1.0: both states are 3.0. Summed in float64 the three give 3 + 1.2 * 2**-23, 0.6 of a float32
+    step (2**-22) above 3, which float32 would round up to 3 + 2**-22."""
+    x = torch.full((3,), 1 + 0.4 * 2**-23, dtype=torch.float64)
+    states = []
+    for cls in (ranged_mean_metric(), MeanMetric):
+        m = cls()
+        m.update(x.clone(), weight=x.clone())
+        assert m.mean_value.dtype == m.weight.dtype == torch.float32
+        states.append((m.mean_value.item(), m.weight.item()))
+    assert states == [(3.0, 3.0), (3.0, 3.0)]
+
+
+@pytest.mark.parametrize("strategy", ["warn", "ignore", 5.0])
+def test_ranged_mean_nan_check_without_a_weight_follows_torchmetrics(strategy):
+    """Called without a weight, the NaN check gives what MeanMetric's gives: ones for the weight, NaNs handled."""
+    for x in (torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan"), 3.0])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the "warn" policy's warning: compared elsewhere
+            ranged = ranged_mean_metric()(nan_strategy=strategy)._cast_and_nan_check_input(x.clone())
+            plain = MeanMetric(nan_strategy=strategy)._cast_and_nan_check_input(x.clone())
+        for a, b in zip(ranged, plain):
+            assert_close(a, b, rtol=0, atol=0)
+    ignoring = ranged_mean_metric()(nan_strategy="ignore")
+    value, weight = ignoring._cast_and_nan_check_input(torch.tensor([1.0, float("nan")]))
+    assert value.tolist() == [1.0] and weight.tolist() == [1.0]
+
+
+def test_ranged_mean_names_the_nan_policy_range_in_a_cpu_trace(tmp_path):
+    metric = ranged_mean_metric()(nan_strategy="ignore")
+    path = tmp_path / "ranged.json"
+    with profiling_session(path, wait=0, warmup=1, active=1) as prof:
+        for _ in range(2):
+            metric.update(torch.tensor([1.0, float("nan")]))
+            prof.step()
+    names = {e.name for e in load_trace(path).by_cat("user_annotation")}
+    assert {"nan check: isnan", "nan check: any()", "nan check: apply policy"} <= names
+    assert "nan check: cast" not in names  # torchmetrics' own check casts, inside the policy's range
+    assert metric.compute().item() == 1.0
 
 
 def test_ranged_mean_is_a_mean_metric():

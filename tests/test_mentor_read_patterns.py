@@ -187,3 +187,80 @@ def test_the_stale_read_demo_sleeps_then_copies_and_reads_before_and_after_the_e
     assert result == {"before": -1.0, "early": -1.0, "event_done_early": False, "after": 42.0}
     assert log == ["cuda.synchronize", ("sleep", 100_000_000), ("copy", "cuda", "pinned", True), "record",
                    ("item", -1.0), "event.synchronize", ("item", 42.0)]
+
+
+def run_at(name: str, steps: list[tuple[int, float]], every: int = 2):
+    """Run a pattern's hook on (step index, loss) pairs, as given."""
+    hook, reads = pattern_hooks(name, every=every)
+    for i, loss in steps:
+        hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+    return reads
+
+
+@pytest.mark.parametrize("name", ["item() every step", "float() in a logger"])
+def test_the_unchecked_every_step_reads_keep_a_nan_and_raise_nothing(name: str) -> None:
+    """These two patterns only read: a NaN or an infinity is kept as read, no check raises (the deferred one checks)."""
+    values = run(name, [0.5, math.nan, math.inf]).values
+    assert values[0] == (0, 0.5) and values[1][0] == 1 and math.isnan(values[1][1]) and values[2] == (2, math.inf)
+
+
+def test_the_nan_check_every_step_reads_no_values() -> None:
+    """The per-step NaN check only checks: it keeps no (step, value) pairs."""
+    assert run("NaN check every step").values == []
+
+
+def test_the_patterns_label_reads_with_the_step_index_they_are_given() -> None:
+    """Indices need not start at 0 (a resumed run): each value carries its step's own index."""
+    steps = [(10, 0.5), (11, 0.25), (12, 4.0)]
+    for name in ["item() every step", "float() in a logger", "deferred readback"]:
+        assert run_at(name, steps).values == steps, name
+    assert run_at("item() every N steps", steps).values == [(11, 0.25)]  # (11 + 1) % 2 == 0
+
+
+def test_the_deferred_pattern_tells_new_readings_by_their_step_not_their_value() -> None:
+    """The loss of step 0 is 1.0, the next reading's step is 1: a value equal to the new step number is no repeat."""
+    assert run("deferred readback", [1.0, 5.0, 2.0]).values == [(0, 1.0), (1, 5.0), (2, 2.0)]
+
+
+def test_pattern_hooks_fill_the_reads_they_are_given() -> None:
+    """A Reads passed in is the one returned and filled (after what it already held)."""
+    from mentor.read_patterns import Reads
+
+    mine = Reads(values=[(-1, 9.0)])
+    hook, reads = pattern_hooks("item() every step", reads=mine)
+    hook(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
+    assert reads is mine and mine.values == [(-1, 9.0), (0, 0.5)]
+
+
+@pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
+def test_item_every_n_checks_the_sampled_loss_and_names_its_step(loss: float) -> None:
+    """The sampled loss of step 1 (every=2) is non-finite: the check raises with the whole message."""
+    with pytest.raises(NonFiniteLoss) as raised:
+        run("item() every N steps", [0.5, loss, 1.0], every=2)
+    assert str(raised.value) == "the loss of step 1 is NaN or infinite"
+
+
+def test_every_one_is_accepted_and_reads_each_step() -> None:
+    assert run("item() every N steps", [0.5, 0.25], every=1).values == [(0, 0.5), (1, 0.25)]
+    assert run("one copy every N steps", [0.5, 0.25], every=1).values == [(0, 0.5), (1, 0.25)]
+    assert [c.description for c in read_configs(["item() every N steps"], every=1)] == [
+        "loss.item() and the NaN check every 1 steps only (a NaN in between is missed)"]
+
+
+def test_every_defaults_to_ten_steps() -> None:
+    """pattern_hooks and read_configs both read every 10 steps by default: steps 9 and 19 of 20."""
+    hook, reads = pattern_hooks("item() every N steps")
+    for i in range(20):
+        hook(SimpleNamespace(index=i, loss=torch.tensor(float(i))))
+    assert reads.values == [(9, 9.0), (19, 19.0)]
+    (config,) = read_configs(["one copy every N steps"])
+    assert config.description.endswith("read in one torch.stack(...).cpu() every 10 steps")
+
+
+def test_read_configs_make_hooks_with_their_every() -> None:
+    """The config's hook checks every 2 steps: a NaN at step 1 raises at step 1 (every 10 would not read it)."""
+    (config,) = read_configs(["item() every N steps"], every=2)
+    hook, _ = config.make()
+    hook(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
+    with pytest.raises(NonFiniteLoss, match=r"^the loss of step 1 is NaN or infinite$"):
+        hook(SimpleNamespace(index=1, loss=torch.tensor(math.nan)))

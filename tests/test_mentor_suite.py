@@ -272,3 +272,31 @@ def test_scores_default_to_zero_division_0_for_an_absent_class():
     out = scores(torch.tensor([2, 0]), torch.tensor([0, 0]), torch.tensor([1, 0]), per_class=True)
     assert out["precision_per_class"].tolist() == [1.0, 0.0]
     assert out["recall_per_class"].tolist() == pytest.approx([2 / 3, 0.0])
+
+
+# --- pinned by mutation testing (mutants of suite that survived a mutmut run) ---
+
+
+def test_scores_leave_out_the_per_class_values_unless_asked():
+    out = scores(torch.tensor([2, 0]), torch.tensor([0, 0]), torch.tensor([1, 0]))
+    assert sorted(out) == sorted(f"{s}_{a}" for s in SCORES for a in AVERAGES)
+
+
+def test_scores_keep_float64_counts_exact():
+    """Float counts keep their dtype: a float64 denominator past 2**24 is not rounded to float32, and the
+    zero_division value of an empty class is the float64 number passed."""
+    big = float(2**24 + 1)  # 16777217 is not a float32: float32 would make it 16777216
+    tp = torch.tensor([big, 0.0], dtype=torch.float64)
+    fp = torch.tensor([0.0, 0.0], dtype=torch.float64)
+    fn = torch.tensor([0.0, 0.0], dtype=torch.float64)
+    out = scores(tp, fp, fn, zero_division=0.1, per_class=True)
+    assert out["recall_per_class"].dtype == torch.float64
+    assert out["recall_per_class"].tolist() == [1.0, 0.1]  # 16777217 / 16777217, and class 1's 0 / 0
+    assert out["precision_per_class"].tolist() == [1.0, 0.1]
+
+
+def test_the_invalid_label_count_is_an_integer_state():
+    """A float32 count would stop counting at 2**24 invalid labels; torchmetrics' counts are long too."""
+    suite = FusedMetrics(3)
+    suite.update(torch.tensor(1.0), torch.randn(2, 3), torch.tensor([0, 5]))
+    assert suite.invalid_labels.dtype == torch.long and int(suite.invalid_labels) == 1

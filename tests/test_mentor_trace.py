@@ -9,6 +9,7 @@ import gzip
 import json
 import shutil
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -523,3 +524,136 @@ def test_host_time_table_pins_every_column():
         "naive                  1234.5  1000.0      50.2        4.0   180.2     12.0",
         "a name longer than…      10.0     0.0       1.0        0.0     9.0      1.0",
     ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Boundaries and defaults pinned for mutation testing
+
+
+def test_load_defaults_missing_name_and_category_and_reads_pid_tid(tmp_path):
+    # a complete event without "name"/"cat" gets empty strings (not "None"); pid and tid are kept as written
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2, "pid": 3, "tid": 4}]}))
+    assert load_trace(path).events == [Event("", "", 1.0, 2.0, 3, 4, None)]
+
+
+def test_load_gzip_decodes_utf8_whatever_the_locale(tmp_path):
+    # the gzip branch must decode UTF-8 itself: under an ASCII locale the default text encoding cannot read "µ"
+    import locale
+
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(json.dumps({"traceEvents": [{"ph": "X", "name": "µs", "ts": 1, "dur": 2}]},
+                           ensure_ascii=False).encode("utf-8"))
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        if sys.flags.utf8_mode or locale.getencoding().lower().replace("-", "") == "utf8":
+            pytest.skip("text files default to UTF-8 here: nothing to distinguish")
+        assert [e.name for e in load_trace(path).events] == ["µs"]
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+
+
+def test_gpu_step_spans_take_launches_in_half_open_windows():
+    # a launch at a window's start belongs to that step, one at its end to the next step
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
+        Event("ProfilerStep#2", "user_annotation", 10, 10, 1, 1),
+        _launch(0, 1), _launch(10, 2), _launch(15, 3),
+        Event("a", "kernel", 30, 2, 0, 7, 1),
+        Event("b", "kernel", 40, 5, 0, 7, 2),
+        Event("c", "kernel", 50, 1, 0, 7, 3),
+    ])
+    assert gpu_step_spans(t) == [(30, 32), (40, 51)]
+
+
+def test_host_time_half_open_range_threshold_and_sums():
+    from mentor.trace import host_time
+
+    t = Trace([
+        Event("metrics", "user_annotation", 100, 200, 1, 1),      # [100, 300)
+        Event("cudaEventRecord", "cuda_runtime", 100, 2, 1, 1),   # starts with the range: inside
+        Event("cudaMemsetAsync", "cuda_runtime", 150, 3, 1, 1),
+        Event("cudaMemcpyAsync", "cuda_runtime", 160, 50, 1, 1),  # a wait only below a 50 us threshold
+        Event("cudaLaunchKernel", "cuda_runtime", 250, 5, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 300, 7, 1, 1),  # starts at the range's end: outside
+    ])
+    h = host_time(t, "metrics")
+    assert (h.name, h.ranges, h.total_us, h.wait_us, h.launch_us, h.other_api_us, h.launches) == (
+        "metrics", 1, 200.0, 0.0, 5.0, 2.0 + 3.0 + 50.0, 1.0)
+    low = host_time(t, "metrics", threshold_us=40)
+    assert (low.wait_us, low.launch_us, low.other_api_us) == (50.0, 5.0, 2.0 + 3.0)
+
+
+def test_host_time_table_shortens_labels_past_19_characters():
+    from mentor.trace import HostTime, host_time_table
+
+    h = HostTime("m", 1, 10.0, 0.0, 1.0, 0.0, 1.0)
+    table = host_time_table({"a label of 19 chars": h, "a label of 20 chars!": h})
+    assert [line[:20] for line in table.splitlines()[1:]] == ["a label of 19 chars ", "a label of 20 char… "]
+
+
+def test_plot_timeline_draws_two_steps_by_default(traces, close_figures):
+    ax = plot_timeline(traces["naive"])
+    assert _legend(ax)[0] == "sync calls (4)"  # 2 per step
+    assert [t.get_text() for t in ax.texts] == ["step #1", "step #2"]
+
+
+def _y_extents(collection):
+    return [(p.get_extents().y0, p.get_extents().y1) for p in collection.get_paths()]
+
+
+def test_plot_timeline_rows_hold_what_overlaps_the_host_window(close_figures):
+    # step 1's host window is [5000, 6000) us; bars are in ms since its start. Events that end exactly at
+    # 5000 or start exactly at 6000 do not overlap it; GPU work is drawn up to the end of the GPU span (6200).
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 5000, 1000, 1, 1),
+        Event("ProfilerStep#2", "user_annotation", 6000, 1000, 1, 1),
+        Event("metrics", "user_annotation", 5100, 200, 1, 1),
+        Event("after", "user_annotation", 6000, 100, 1, 1),            # starts at the window's end
+        Event("aten::add", "cpu_op", 5200, 50, 1, 1),
+        Event("aten::early", "cpu_op", 4000, 1000, 1, 1),              # ends at the first window's start
+        Event("cudaLaunchKernel", "cuda_runtime", 5400, 10, 1, 1, 1),
+        Event("cudaStreamSynchronize", "cuda_runtime", 5500, 50, 1, 1),
+        Event("cudaLaunchKernel", "cuda_runtime", 6500, 10, 1, 1, 2),  # in step 2: not drawn
+        Event("k1", "kernel", 5800, 400, 0, 7, 1),                      # step 1's GPU span [5800, 6200)
+        Event("early", "kernel", 4900, 100, 0, 7),                      # ends at the first window's start
+        Event("k2", "kernel", 6200, 100, 0, 7, 2),                      # starts at the right edge
+    ])
+    ax = plot_timeline(t, steps=1)
+    expected = {
+        "host step (ProfilerStep)": [(0.0, 1.0)],
+        "GPU step": [(0.8, 1.2)],
+        "record_function": [(0.1, 0.3)],
+        "host ops": [(0.2, 0.25)],
+        "CUDA runtime": [(0.4, 0.41)],   # the sync is drawn on top, in its own collection
+        "GPU": [(0.8, 1.2)],
+    }
+    for row, extents in expected.items():
+        assert _row_extents(ax, row) == [pytest.approx(e) for e in extents], row
+    sync_bars = ax.collections[len(ROWS)]
+    assert [(p.get_extents().x0, p.get_extents().x1) for p in sync_bars.get_paths()] == [pytest.approx((0.5, 0.55))]
+    assert ax.get_xlim() == pytest.approx((0, 1.2))
+    assert ax.get_xlabel() == "time since the first step began (ms)"
+    # every bar sits on its own row: centred on the row's tick, inside the band halfway to the neighbours
+    for y, collection in enumerate(ax.collections[:len(ROWS)]):
+        for y0, y1 in _y_extents(collection):
+            assert y - 0.5 < y0 < y1 < y + 0.5 and (y0 + y1) / 2 == pytest.approx(y), ROWS[y]
+    y_runtime = ROWS.index("CUDA runtime")
+    for y0, y1 in _y_extents(sync_bars):
+        assert y_runtime - 0.5 < y0 < y1 < y_runtime + 0.5 and (y0 + y1) / 2 == pytest.approx(y_runtime)
+
+
+def test_plot_timeline_step_labels_sit_in_their_windows(close_figures):
+    # 1 ms host windows, the second 300 ms after the first: each label lies inside its own window on the
+    # host-step row (row 0)
+    t = Trace([
+        Event("ProfilerStep#1", "user_annotation", 5000, 1000, 1, 1),
+        Event("ProfilerStep#2", "user_annotation", 305000, 1000, 1, 1),
+    ])
+    ax = plot_timeline(t, steps=2)
+    assert [t.get_text() for t in ax.texts] == ["step #1", "step #2"]
+    for text, (left, right) in zip(ax.texts, [(0.0, 1.0), (300.0, 301.0)]):
+        x, y = text.get_position()
+        assert left <= x < right and -0.5 < y < 0.5, (text.get_text(), x, y)

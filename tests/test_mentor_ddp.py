@@ -57,7 +57,9 @@ def test_free_port():
     import socket
 
     port = free_port()
-    assert 0 < port < 65536
+    # the OS picks it from its ephemeral range (Linux: ip_local_port_range), never a privileged port below 1024,
+    # which only root could bind
+    assert 1024 <= port < 65536
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # free right now
 
@@ -394,3 +396,50 @@ def test_one_rank_placements_run_in_a_group_on_the_given_backend():
     assert row == {"backend": "cuda:gloo", "placement": "default group",
                    "error": "No backend type associated with device type cpu"}
     assert not dist.is_initialized()
+
+
+class _TopLevelCallable:
+    """A callable object: importable through its class, but without a __qualname__ of its own."""
+
+    def __call__(self, rank, world_size):
+        return rank
+
+
+def test_launch_checks_a_callable_without_a_qualname_and_goes_on_to_the_next_check():
+    assert not hasattr(_TopLevelCallable(), "__qualname__")
+    with pytest.raises(ValueError) as raised:
+        launch(_TopLevelCallable(), 0, backend="gloo")
+    assert str(raised.value) == "world_size must be an int >= 1, got 0."
+
+
+def test_launch_names_the_function_it_refuses_in_the_whole_message():
+    def local(rank, world_size):
+        return rank
+
+    with pytest.raises(ValueError) as raised:
+        launch(local, 2, backend="gloo")
+    assert str(raised.value) == (
+        "'test_launch_names_the_function_it_refuses_in_the_whole_message.<locals>.local' is defined in __main__, "
+        "a notebook or a function body, so spawned processes cannot import it; move it to the top level of a "
+        "module (mentor.ddp has examples) and pass that.")
+
+
+def test_launch_nccl_with_one_gpu_per_rank_goes_on_to_start_the_workers(monkeypatch):
+    """As many GPUs as ranks is enough: the check lets it through to the spawn context (stopped here)."""
+    import mentor.ddp
+
+    class Spawned(Exception):
+        pass
+
+    def get_context(method):
+        raise Spawned(method)
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(mentor.ddp.mp, "get_context", get_context)
+    with pytest.raises(Spawned, match="^spawn$"):
+        launch(rank_and_size, 2, backend="nccl")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError) as raised:
+        launch(rank_and_size, 2, backend="nccl")
+    assert str(raised.value) == ("backend 'nccl' needs one GPU per rank: 2 ranks, 1 GPUs; use backend='gloo' "
+                                 "or fewer ranks.")

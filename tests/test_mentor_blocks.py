@@ -294,3 +294,26 @@ def test_plot_drift_closes_the_figure_of_the_given_axes():
     finally:
         plt.close(fig)
         plt.close(other)
+
+
+def test_sweep_blocks_defaults_are_blocks_of_10_settle_2_seed_0_and_progress_lines(monkeypatch, capsys):
+    """Each point gets its own model and batches, and one compare_blocks with the sweep's defaults."""
+    from mentor.bench import operating_points
+    from mentor.env import get_profile
+
+    profile = get_profile("smoke")
+    points = operating_points(profile)[:2]
+    calls = []
+    monkeypatch.setattr(blocks, "build_setup", lambda *a, **kw: ("setup", a, kw))
+    monkeypatch.setattr("mentor.data.device_batches", lambda *a: ("batches", a))
+
+    def compare_blocks(configs, setup, batches, **kw):
+        calls.append((setup, batches, kw))
+        return type("FakeComparison", (), {"settings": {}})()
+
+    monkeypatch.setattr(blocks, "compare_blocks", compare_blocks)
+    out = blocks.sweep_blocks(points, profile, ["a", "b"], rounds=3)
+    assert list(out) == [p.name for p in points]
+    assert [kw for _, _, kw in calls] == [dict(rounds=3, block=10, settle=2, report_every=profile.report_every,
+                                               seed=0)] * 2
+    assert capsys.readouterr().out == "".join(f"{p.label}\n" for p in points)

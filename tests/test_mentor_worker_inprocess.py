@@ -273,3 +273,15 @@ def test_sync_cost_on_cuda_gives_ddp_the_rank_device_and_passes_the_same_setup_a
     assert (setup.model.module, setup.model.device_ids, got_batches) == ("resnet", [1], batches)
     assert seen["sync_configs"] == (1000, cuda1)
     assert seen["collectives"] == [(name, setup, batches) for name in worker.SYNC_CONFIGS]
+
+
+def test_agree_defaults_are_5_classes_203_samples_and_seed_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """203 samples in batches of 8 make 26 batches, the last one of 3: it need not divide among the ranks."""
+    import torch
+
+    asked = []
+    real = worker._agree_data
+    monkeypatch.setattr(worker, "_agree_data", lambda *a: asked.append(a) or real(*a))
+    result = worker.agree(1, 2, torch.device("cpu"))
+    assert asked == [(5, 203, 0)]
+    assert result["batches"] == list(range(1, 26, 2))

@@ -7,7 +7,6 @@ import io
 import itertools
 import json
 import math
-import re
 import sys
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -20,14 +19,10 @@ from mentor import bench
 from mentor.bench import Comparison, Config, Interval, Result, compare
 from mentor.data import device_batches
 from mentor.env import get_profile
+from exact import whole
 from test_mentor_bench import batches, close_figures, setup  # noqa: F401  the fixtures of the older file
 
 CUDA = torch.device("cuda")
-
-
-def whole(message: str) -> str:
-    """An anchored regex that matches ``message`` exactly (pytest.raises(match=...) only searches)."""
-    return "^" + re.escape(message) + "$"
 
 
 def cuda_profile():

@@ -36,6 +36,7 @@ from mentor.metrics import (
     scatter_stat_scores,
     suppress_nan_check,
 )
+from exact import whole
 
 AGGREGATORS = [MeanMetric, SumMetric, MaxMetric, MinMetric]
 
@@ -795,11 +796,6 @@ def test_collection_way_defaults_to_the_cpu():
 # ----------------------------------------------------------------------------------------------------------
 # pinned by the mutation run: the module's by-name lookup, the made classes' docstrings and name clashes,
 # the devices and dtypes passed on, the edges of the label checks, the defaults, whole error messages
-
-
-def whole(message: str) -> str:
-    """An anchored regex that matches ``message`` exactly (pytest.raises(match=...) only searches)."""
-    return "^" + re.escape(message) + "$"
 
 
 def test_module_getattr_makes_the_classes_by_name():

@@ -116,8 +116,10 @@ def test_record_steps_defaults_to_two_warmup_and_three_active_steps(tmp_path):
 
 
 def test_record_steps_hides_only_the_profiler_s_clears_events_warning(tmp_path, monkeypatch):
-    """torch's profiler may warn that it "clears events at the end of each cycle" (torch 2.14 does so once per
-    process, for a repeating schedule): record_steps hides that warning and passes every other one on, here the hook's.
+    """torch's profiler may warn that it "clears events at the end of each cycle": torch 2.14 does so once per
+    process, when a profiler prepares its trace a second time (profiler.py, prepare_trace); torch 2.11 did so for a
+    one-cycle profiling_session of this suite. record_steps hides that warning and passes every other one on, here
+    the hook's.
 
     A fake profiling_session stands in for torch's, so that the warning is raised whatever the torch version.
     """

@@ -4,6 +4,8 @@
     python scripts/nbtools.py smoke [NB ...]    # execute copies with MENTOR_PROFILE=smoke; the repo is untouched
     python scripts/nbtools.py gpu-run [NB ...]  # execute in place with MENTOR_PROFILE=full and store provenance
     python scripts/nbtools.py check [NB ...]    # fail if a notebook's stored GPU run is not current
+    python scripts/nbtools.py waive NB --reason "needs two GPUs; none available"
+                                                # accept the mentor change since NB's stored run, for a reason
 
 Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/intro.ipynb, then
 book/reproducibility.ipynb, last.
@@ -24,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
@@ -124,7 +127,7 @@ def imported_modules(source: str, module: str = "") -> set[str]:
     package is dropped later by :func:`mentor_sources`.
 
     >>> sorted(imported_modules("from mentor.bench import compare\\nimport mentor.trace as t"))
-    ['mentor.bench', 'mentor.trace']
+    ['mentor.bench', 'mentor.bench.compare', 'mentor.trace']
     """
     tree = ast.parse(MAGIC_LINE.sub("", source))
     docs = {id(node.value) for node in ast.walk(tree) if _is_doc(node)}
@@ -327,12 +330,125 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
     return results
 
 
+def sources_digest(sources: dict[str, str]) -> str:
+    """SHA-256 of a :func:`mentor_sources` mapping (module path -> hash), independent of its order."""
+    import json
+
+    return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()
+
+
+def changed_modules(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """The module paths whose hash differs between two :func:`mentor_sources` mappings (added and removed ones too)."""
+    return sorted(f for f in set(recorded) | set(current) if recorded.get(f) != current.get(f))
+
+
+def _run_box() -> Any:
+    """book/_ext/run_box.py, the Sphinx extension that shows a waiver on the page (it owns the waiver's wording)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_box", BOOK / "_ext" / "run_box.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def waiver_text(meta: dict) -> str | None:
+    """The sentence the rendered page shows for ``meta``'s waiver (book/_ext/run_box.py); None without one."""
+    return _run_box().waiver_text(meta)
+
+
+class WaiverRefused(ValueError):
+    """``waive`` cannot accept the notebook's change (it is not a mentor change only, or there is none)."""
+
+
+def waive(nb_path: Path, reason: str) -> dict:
+    """Accept, in ``nb_path``'s metadata, the change of the mentor modules it imports since its stored run.
+
+    The waiver (``metadata.mentor.waiver``) names the changed modules, the hash of the module
+    mapping it accepts (:func:`sources_digest`) and ``reason``; :func:`stale` then accepts exactly
+    that change and still fails on any other mentor change, a code-cell change or an edited output.
+    Only a run that is otherwise current can be waived. Returns the waiver.
+    """
+    name = display_path(Path(nb_path))
+    if not isinstance(reason, str) or not reason.strip():
+        raise WaiverRefused(f"{name}: a waiver needs a reason, e.g. --reason \"needs two GPUs; none available\"")
+    nb = nbformat.read(nb_path, as_version=4)
+    meta = nb.metadata.get("mentor", {})
+    if meta.get("code_sha256") is None or meta.get("mentor_sources") is None:
+        raise WaiverRefused(f"{name}: no stored GPU run with per-module hashes to waive a change of; "
+                            f"run it first: make gpu-run NB={name}")
+    others = [r for r in _run_reasons(nb, meta) if not r.startswith(_SOURCES_CHANGED)]
+    if others:
+        raise WaiverRefused(f"{name}: a waiver accepts a change of mentor modules only, and this run also "
+                            f"{'; '.join(others)}; rerun it: make gpu-run NB={name}")
+    current = mentor_sources(nb)
+    modules = changed_modules(meta["mentor_sources"], current)
+    if not modules:
+        raise WaiverRefused(f"{name}: the mentor modules it imports are unchanged since its stored run: "
+                            "there is nothing to waive")
+    waiver = {"reason": reason.strip(), "modules": modules, "accepts": sources_digest(current),
+              "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    nb.metadata["mentor"]["waiver"] = waiver
+    nbformat.write(nb, nb_path)
+    return waiver
+
+
+_SOURCES_CHANGED = "the mentor source it imports changed since its stored GPU run"
+
+
+def _run_reasons(nb: NotebookNode, meta: dict, package: str | None = None) -> list[str]:
+    """Why the stored run in ``meta`` does not match ``nb``, waiver not applied (empty when it matches)."""
+    reasons = forbidden(nb)
+    if not nb.cells:
+        reasons.append("has no cells")
+    if meta.get("code_sha256") is None:
+        reasons.append("has no stored GPU run (metadata.mentor.code_sha256 is missing)")
+        return reasons
+    if meta["code_sha256"] != code_hash(nb):
+        reasons.append("code cells changed since its stored GPU run")
+    recorded = meta.get("mentor_sources")
+    if recorded is not None:
+        changed = changed_modules(recorded, mentor_sources(nb))
+        if changed:
+            reasons.append(f"{_SOURCES_CHANGED} ({', '.join('mentor/' + f for f in changed)})")
+    elif meta.get("mentor_sha256") != (mentor_hash() if package is None else package):
+        reasons.append("the mentor package changed since its stored GPU run" if meta.get("mentor_sha256")
+                       else "its stored GPU run does not record the mentor source it ran with")
+    if meta.get("outputs_sha256") != outputs_hash(nb):
+        reasons.append("its outputs were edited after its stored GPU run" if meta.get("outputs_sha256")
+                       else "its stored GPU run does not record a hash of its outputs")
+    return reasons
+
+
+def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -> list[str]:
+    """``reasons`` with the mentor change removed when the notebook's waiver accepts exactly that change.
+
+    A waiver that accepts another change, or one left behind when nothing changed, is a reason of its own.
+    """
+    waiver = meta.get("waiver")
+    if not waiver:
+        return reasons
+    sources = [r for r in reasons if r.startswith(_SOURCES_CHANGED)]
+    if not sources:
+        if meta.get("code_sha256") is not None and meta.get("mentor_sources") is not None:
+            return reasons + ["carries a waiver, but the mentor modules it imports are unchanged since its stored "
+                              "run: remove metadata.mentor.waiver"]
+        return reasons
+    current = mentor_sources(nb)
+    if (waiver.get("accepts") == sources_digest(current)
+            and waiver.get("modules") == changed_modules(meta["mentor_sources"], current)):
+        return [r for r in reasons if r not in sources]
+    return [r + f", and its waiver ({waiver.get('reason')!r}) accepts another change (waive this one with "
+            f"python scripts/nbtools.py waive {name} --reason ...)" if r in sources else r for r in reasons]
+
+
 def stale(notebooks: Sequence[Path]) -> list[str]:
     """One message per notebook whose stored GPU run is missing or no longer matches it.
 
-    A stored run matches when its code cells, the ``mentor`` source and its outputs hash as they
-    did when ``gpu-run`` wrote it, and no cell skips itself or hides an error. A notebook that
-    cannot be read gets a message too, and the others are still checked.
+    A stored run matches when its code cells, the ``mentor`` modules it imports and its outputs
+    hash as they did when ``gpu-run`` wrote it, and no cell skips itself or hides an error. A
+    waiver (:func:`waive`) accepts one change of the modules: exactly the one it names. A notebook
+    that cannot be read gets a message too, and the others are still checked.
     """
     messages = []
     package = mentor_hash()
@@ -349,29 +465,22 @@ def stale(notebooks: Sequence[Path]) -> list[str]:
                             "restore it from git or re-save it from Jupyter")
             continue
         meta = nb.metadata.get("mentor", {})
-        reasons = forbidden(nb)
-        if not nb.cells:
-            reasons.append("has no cells")
-        if meta.get("code_sha256") is None:
-            reasons.append("has no stored GPU run (metadata.mentor.code_sha256 is missing)")
-        else:
-            if meta["code_sha256"] != code_hash(nb):
-                reasons.append("code cells changed since its stored GPU run")
-            recorded = meta.get("mentor_sources")
-            if recorded is not None:
-                current = mentor_sources(nb)
-                changed = sorted(f for f in set(recorded) | set(current) if recorded.get(f) != current.get(f))
-                if changed:
-                    reasons.append(f"the mentor source it imports changed since its stored GPU run "
-                                   f"({', '.join('mentor/' + f for f in changed)})")
-            elif meta.get("mentor_sha256") != package:
-                reasons.append("the mentor package changed since its stored GPU run" if meta.get("mentor_sha256")
-                               else "its stored GPU run does not record the mentor source it ran with")
-            if meta.get("outputs_sha256") != outputs_hash(nb):
-                reasons.append("its outputs were edited after its stored GPU run" if meta.get("outputs_sha256")
-                               else "its stored GPU run does not record a hash of its outputs")
+        reasons = _apply_waiver(nb, meta, _run_reasons(nb, meta, package), name)
         messages.extend(f"{name}: {reason}; {refresh}" for reason in reasons)
     return messages
+
+
+def waived(notebooks: Sequence[Path]) -> list[str]:
+    """``name: sentence`` for each readable notebook that carries a waiver (see :func:`waiver_text`)."""
+    out = []
+    for nb_path in notebooks:
+        try:
+            text = waiver_text(nbformat.read(nb_path, as_version=4).metadata.get("mentor", {}))
+        except Exception:  # noqa: BLE001 - stale() reports unreadable notebooks
+            continue
+        if text:
+            out.append(f"{display_path(Path(nb_path))}: {text}")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -385,7 +494,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]:
         sub = commands.add_parser(command, help=text, description=text)
         sub.add_argument("notebooks", nargs="*", type=Path, metavar="NB", help="default: every book/*.ipynb")
+    text = ("accept the change of the mentor modules NB imports since its stored run, for a reason the "
+            "rendered page shows (a rerun that needs hardware that is not available)")
+    sub = commands.add_parser("waive", help=text, description=text)
+    sub.add_argument("notebook", type=Path, metavar="NB")
+    sub.add_argument("--reason", required=True, help='e.g. "needs two GPUs; none available"')
     args = parser.parse_args(argv)
+    if args.command == "waive":
+        try:
+            waiver = waive(args.notebook, args.reason)
+        except (WaiverRefused, FileNotFoundError) as error:
+            print(error, file=sys.stderr)
+            return 1
+        print(f"{display_path(args.notebook)}: waived the change of {', '.join('mentor/' + m for m in waiver['modules'])}")
+        return 0
     notebooks = args.notebooks or default_notebooks()
     if not notebooks:
         print(f"no notebooks given and none in {display_path(BOOK)}/", file=sys.stderr)
@@ -402,7 +524,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(message)
             if messages:
                 return 1
-            print(f"ok: {len(notebooks)} notebook(s) match their stored GPU run")
+            notes = waived(notebooks)
+            print(f"ok: {len(notebooks)} notebook(s) match their stored GPU run"
+                  + (f", {len(notes)} of them under a waiver:" if notes else ""))
+            for note in notes:
+                print(f"  {note}")
     except NotebookFailed as error:
         print(error, file=sys.stderr)
         return 1

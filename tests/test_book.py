@@ -77,3 +77,71 @@ def test_api_reference_links_the_library_docs(built_book) -> None:
                 "https://docs.python.org/3/library/pathlib.html#pathlib.Path",
                 "https://lightning.ai/docs/torchmetrics/stable/references/metric.html#torchmetrics.Metric"):
         assert f'href="{url}"' in page, f"api.html has no link to {url}"
+
+
+def _run_box():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_box", REPO / "book" / "_ext" / "run_box.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page_with_box(title: str):
+    from docutils import nodes
+
+    box = nodes.admonition("", nodes.title(title, title), nodes.paragraph("The outputs", "The outputs"))
+    return nodes.section("", box), box
+
+
+class _App:
+    """The parts of a Sphinx app that run_box reads: the document being read and its source file."""
+
+    def __init__(self, path: Path) -> None:
+        self.env = type("Env", (), {"docname": "book/12", "doc2path": staticmethod(lambda name: str(path))})()
+
+
+def test_the_run_box_shows_a_waiver(tmp_path: Path) -> None:
+    """A waived notebook's "Run this chapter" box gets the waiver's sentence; a notebook without a waiver,
+    and a box with another title, are left alone."""
+    import json
+
+    from docutils import nodes
+
+    run_box = _run_box()
+    meta = {"mentor_sha256": "0123456789abcdef", "executed": "2026-12-01T10:10:47+00:00",
+            "waiver": {"modules": ["lab/worker.py"], "reason": "rerunning needs two GPUs", "accepts": "x"}}
+    path = tmp_path / "12.ipynb"
+    path.write_text(json.dumps({"metadata": {"mentor": meta}, "cells": []}))
+    page, box = _page_with_box("Run this chapter")
+    other_page, other = _page_with_box("Note")
+    run_box._show_waiver(_App(path), page)
+    run_box._show_waiver(_App(path), other_page)
+    assert [p.astext() for p in box.findall(nodes.paragraph)] == [
+        "The outputs", "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); "
+        "mentor/lab/worker.py changed since. It was not rerun: rerunning needs two GPUs."]
+    assert len(list(other.findall(nodes.paragraph))) == 1
+    path.write_text(json.dumps({"metadata": {"mentor": {"mentor_sha256": "x"}}, "cells": []}))
+    page, box = _page_with_box("Run this chapter")
+    run_box._show_waiver(_App(path), page)
+    assert len(list(box.findall(nodes.paragraph))) == 1
+
+
+@pytest.mark.book
+def test_every_waiver_is_on_its_page(built_book) -> None:
+    """Each notebook that keeps its stored run under a waiver shows the waiver in its run box on the built page."""
+    import html as html_module
+    import json
+
+    _, html, present = built_book
+    waived = {}
+    for entry in present:
+        source = nbtools.toc_source(entry)
+        if source is not None and source.suffix == ".ipynb":
+            meta = json.loads(source.read_text()).get("metadata", {}).get("mentor", {})
+            if meta.get("waiver"):
+                waived[entry] = _run_box().waiver_text(meta)
+    for entry, text in waived.items():
+        page = html_module.unescape((html / f"{entry}.html").read_text())
+        assert text in page, f"{entry}.html does not show its waiver: {text}"

@@ -337,3 +337,104 @@ def test_smoke_runs_every_notebook_it_is_given(tmp_path: Path) -> None:
     copy = tmp_path / "work" / "book"
     assert (copy / "from_a.txt").read_text() == "a" and (copy / "from_b.txt").read_text() == "b"
     assert not (book / "from_a.txt").exists() and not (book / "from_b.txt").exists()
+
+
+# --- a waiver: a stored run kept across one mentor change, for a rerun that needs missing hardware ---
+
+
+def waived_run(tmp_path: Path, layered_mentor: Path) -> Path:
+    """A current run of a notebook that imports mentor.bench, then a change of trace.py, which bench imports."""
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot", "print(0.25)"))
+    (layered_mentor / "trace.py").write_text("from . import env\nY = 1\n")
+    return path
+
+
+def test_a_waiver_accepts_the_change_it_names(tmp_path: Path, layered_mentor: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = waived_run(tmp_path, layered_mentor)
+    before = nbformat.read(path, as_version=4)
+    assert len(nbtools.stale([path])) == 1
+    assert nbtools.main(["waive", str(path), "--reason", "needs two GPUs; none available"]) == 0
+    assert capsys.readouterr().out == f"{path}: waived the change of mentor/trace.py\n"
+    nb = nbformat.read(path, as_version=4)
+    waiver = nb.metadata["mentor"]["waiver"]
+    assert waiver["reason"] == "needs two GPUs; none available" and waiver["modules"] == ["trace.py"]
+    assert waiver["accepts"] == nbtools.sources_digest(nbtools.mentor_sources(nb))
+    assert [c.get("outputs") for c in nb.cells] == [c.get("outputs") for c in before.cells]
+    assert nbtools.stale([path]) == []
+    assert nbtools.main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "ok: 1 notebook(s) match their stored GPU run, 1 of them under a waiver:",
+        f"  {path}: The stored run used mentor at {nb.metadata['mentor']['mentor_sha256'][:12]} (the hash of its "
+        "source); mentor/trace.py changed since. It was not rerun: needs two GPUs; none available."]
+
+
+def test_a_waiver_does_not_accept_another_mentor_change(tmp_path: Path, layered_mentor: Path) -> None:
+    path = waived_run(tmp_path, layered_mentor)
+    nbtools.waive(path, "needs two GPUs")
+    (layered_mentor / "env.py").write_text("PROFILE = 'smoke'\n")  # a second change, after the waiver
+    assert nbtools.stale([path]) == [
+        f"{path}: the mentor source it imports changed since its stored GPU run (mentor/env.py, mentor/trace.py), "
+        f"and its waiver ('needs two GPUs') accepts another change (waive this one with python scripts/nbtools.py "
+        f"waive {path} --reason ...); refresh it with: make gpu-run NB={path}"]
+    (layered_mentor / "env.py").write_text("PROFILE = 'full'\n")
+    (layered_mentor / "trace.py").write_text("from . import env\nY = 2\n")  # the same module, other content
+    assert len(nbtools.stale([path])) == 1
+    (layered_mentor / "trace.py").write_text("from . import env\nY = 1\n")  # back to the waived content
+    assert nbtools.stale([path]) == []
+
+
+def test_a_waiver_does_not_accept_a_code_change_or_an_edited_output(tmp_path: Path, layered_mentor: Path) -> None:
+    path = waived_run(tmp_path, layered_mentor)
+    nbtools.waive(path, "needs two GPUs")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].source = "print(0.5)"
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}"]
+    nb.cells[2].source = "print(0.25)"
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="0.20\n")]
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: its outputs were edited after its stored GPU run; refresh it with: make gpu-run NB={path}"]
+
+
+def test_a_waiver_left_behind_when_nothing_changed_fails(tmp_path: Path, layered_mentor: Path) -> None:
+    path = waived_run(tmp_path, layered_mentor)
+    nbtools.waive(path, "needs two GPUs")
+    (layered_mentor / "trace.py").write_text("from . import env\n")  # the change is undone
+    assert nbtools.stale([path]) == [
+        f"{path}: carries a waiver, but the mentor modules it imports are unchanged since its stored run: remove "
+        f"metadata.mentor.waiver; refresh it with: make gpu-run NB={path}"]
+
+
+def test_waive_refuses_what_it_cannot_accept(tmp_path: Path, layered_mentor: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    unchanged = recorded_run(write_notebook(tmp_path / "same.ipynb", "from mentor.bench import plot"))
+    with pytest.raises(nbtools.WaiverRefused, match="unchanged since its stored run: there is nothing to waive"):
+        nbtools.waive(unchanged, "needs two GPUs")
+    never_run = write_notebook(tmp_path / "new.ipynb", "from mentor.bench import plot")
+    assert nbtools.main(["waive", str(never_run), "--reason", "needs two GPUs"]) == 1
+    assert capsys.readouterr().err == (f"{never_run}: no stored GPU run with per-module hashes to waive a change of; "
+                                       f"run it first: make gpu-run NB={never_run}\n")
+    path = waived_run(tmp_path, layered_mentor)
+    with pytest.raises(nbtools.WaiverRefused, match="a waiver needs a reason"):
+        nbtools.waive(path, "  ")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].source = "print(0.5)"
+    nbformat.write(nb, path)
+    with pytest.raises(nbtools.WaiverRefused) as refused:
+        nbtools.waive(path, "needs two GPUs")
+    assert str(refused.value) == (f"{path}: a waiver accepts a change of mentor modules only, and this run also "
+                                  f"code cells changed since its stored GPU run; rerun it: make gpu-run NB={path}")
+    assert "waiver" not in nbformat.read(path, as_version=4).metadata["mentor"]
+
+
+def test_waiver_text_lists_every_changed_module() -> None:
+    meta = {"mentor_sha256": "0123456789abcdef", "executed": "2026-12-01T10:10:47+00:00",
+            "waiver": {"modules": ["a.py", "b.py", "lab/c.py"], "reason": "rerunning needs two GPUs."}}
+    assert nbtools.waiver_text(meta) == (
+        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); mentor/a.py, mentor/b.py "
+        "and mentor/lab/c.py changed since. It was not rerun: rerunning needs two GPUs.")
+    assert nbtools.waiver_text({"mentor_sha256": "x"}) is None

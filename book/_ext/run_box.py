@@ -1,0 +1,60 @@
+"""Show a notebook's waiver in its "Run this chapter" box.
+
+A chapter whose stored run needs hardware that is not available can keep that run across one change
+of the ``mentor`` modules it imports, under a waiver in its metadata (``metadata.mentor.waiver``,
+written by ``python scripts/nbtools.py waive NB --reason ...``). The reader must see that the
+stored outputs come from older code: this extension appends :func:`waiver_text` to the page's
+admonition titled "Run this chapter", and warns (an error under ``-W``) when a waived chapter has
+no such box. :func:`waiver_text` is also what ``nbtools check`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BOX_TITLE = "Run this chapter"
+
+
+def waiver_text(meta: dict[str, Any]) -> str | None:
+    """The run box's sentence for a notebook's waiver, in plain words; None when ``meta`` carries none.
+
+    >>> print(waiver_text({"mentor_sha256": "628507b8548e5cfe", "executed": "2026-12-01T10:10:47+00:00",
+    ...                    "waiver": {"modules": ["bench.py", "lab/env.py"], "reason": "needs two GPUs"}}))
+    The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); mentor/bench.py and mentor/lab/env.py changed since. It was not rerun: needs two GPUs.
+    """
+    waiver = meta.get("waiver")
+    if not waiver:
+        return None
+    modules = ["mentor/" + m for m in waiver["modules"]]
+    listed = modules[0] if len(modules) == 1 else ", ".join(modules[:-1]) + " and " + modules[-1]
+    when = f", {meta['executed'][:10]}" if meta.get("executed") else ""
+    return (f"The stored run used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
+            f"source{when}); {listed} changed since. It was not rerun: {waiver['reason'].rstrip('.')}.")
+
+
+def _show_waiver(app: Any, doctree: Any) -> None:
+    from docutils import nodes
+    from sphinx.util import logging
+
+    docname = app.env.docname
+    path = Path(app.env.doc2path(docname))
+    if path.suffix != ".ipynb":
+        return
+    text = waiver_text(json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("mentor", {}))
+    if text is None:
+        return
+    boxes = [box for box in doctree.findall(nodes.admonition)
+             if box.children and isinstance(box[0], nodes.title) and box[0].astext() == BOX_TITLE]
+    if not boxes:
+        logging.getLogger(__name__).warning(
+            f"{docname} carries a waiver but has no '{BOX_TITLE}' admonition to show it in; add the box",
+            location=docname)
+        return
+    boxes[0] += nodes.paragraph(text, text, classes=["waiver"])
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("doctree-read", _show_waiver)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

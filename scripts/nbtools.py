@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run and check the book's notebooks: a CPU smoke run, the in-place GPU run, and a staleness check.
 
-    python scripts/nbtools.py smoke [NB ...]    # execute copies with MENTOR_PROFILE=smoke; the repo is untouched
+    python scripts/nbtools.py smoke [-j N] [NB ...]  # execute copies with MENTOR_PROFILE=smoke; the repo is untouched
     python scripts/nbtools.py gpu-run [NB ...]  # execute in place with MENTOR_PROFILE=full and store provenance
     python scripts/nbtools.py check [NB ...]    # fail if a notebook's stored GPU run is not current
     python scripts/nbtools.py waive NB --reason "needs two GPUs; none available"
@@ -91,6 +91,19 @@ def run_order(notebooks: Sequence[Path]) -> list[Path]:
     """``notebooks`` in the given order, with intro.ipynb then reproducibility.ipynb moved to the end."""
     return sorted(notebooks, key=lambda p: LAST.index(p.name) + 1 if p.name in LAST else 0)
 
+
+READS: dict[str, tuple[str, ...]] = {
+    "08_summary.ipynb": ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb"),
+    "intro.ipynb": ("08_summary.ipynb",),
+}
+"""Notebooks that read the results files other notebooks write (``results/...``): the stored run of each must be
+newer than the stored runs of those it reads. ``reproducibility.ipynb`` reads every notebook's metadata, so its run
+must be newer than all of them."""
+EVERY = "reproducibility.ipynb"
+GLUE_PREFIX = "application/papermill.record/"
+FIGURE_REPR = re.compile(r"^<Figure size [\d.]+x[\d.]+ with \d+ Axes>$")
+"""matplotlib's text repr of a figure: stored without an image beside it, the figure was not drawn (a kernel whose
+MPLBACKEND was a non-inline backend such as Agg displays only this)."""
 
 MENTOR = REPO / "mentor"
 FORBIDDEN_TAGS = ("skip-execution", "raises-exception")
@@ -202,6 +215,28 @@ def forbidden(nb: NotebookNode) -> list[str]:
     return problems
 
 
+def figures_without_images(nb: NotebookNode) -> list[str]:
+    """One message per code cell whose outputs hold a matplotlib figure as text only, with no image beside it.
+
+    >>> from nbformat.v4 import new_code_cell, new_notebook, new_output
+    >>> cell = new_code_cell("fig", outputs=[new_output("display_data", data={"text/plain": "<Figure size 640x480 with 1 Axes>"})])
+    >>> figures_without_images(new_notebook(cells=[cell]))
+    ['cell 0 stored a matplotlib figure without its image (<Figure size 640x480 with 1 Axes>)']
+
+    A glued figure counts too: myst_nb keeps its bundle under ``application/papermill.record/<mime>``.
+    """
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            # a glued value (myst_nb.glue) keeps its mime bundle under "application/papermill.record/<mime>"
+            data = {key.removeprefix(GLUE_PREFIX): value for key, value in output.get("data", {}).items()}
+            text = "".join(data.get("text/plain", ""))
+            if FIGURE_REPR.match(text.strip()) and not any(key.startswith("image/") for key in data):
+                problems.append(f"cell {index} stored a matplotlib figure without its image ({text.strip()})")
+                break
+    return problems
+
+
 def code_hash(nb: NotebookNode) -> str:
     """SHA-256 of the code cells' sources (trailing whitespace stripped); outputs, metadata and markdown don't count."""
     cells = []
@@ -228,11 +263,13 @@ def kernel_env(**values: str) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIMEOUT_S) -> float:
+def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIMEOUT_S,
+                     env: dict[str, str] | None = None) -> float:
     """Execute ``nb`` in place in a fresh ``python3`` kernel started in ``cwd``; return the seconds taken.
 
-    Raises NotebookFailed naming ``name`` and the failing cell. The kernel inherits os.environ,
-    with the repository root prepended to PYTHONPATH so that ``import mentor`` works anywhere.
+    Raises NotebookFailed naming ``name`` and the failing cell. The kernel gets ``env`` (default:
+    os.environ, read now), with the repository root prepended to PYTHONPATH so that ``import mentor``
+    works anywhere; os.environ itself is left alone, so notebooks can run in several threads at once.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
@@ -245,11 +282,11 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
         resources={"metadata": {"path": str(cwd)}},
         on_cell_execute=lambda cell, cell_index: current.update(index=cell_index),
     )
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    kernel = dict(os.environ if env is None else env)
+    kernel["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), kernel.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     try:
-        with kernel_env(PYTHONPATH=path):
-            client.execute()
+        client.execute(env=kernel)
     except (CellExecutionError, CellTimeoutError, DeadKernelError, CellControlSignal) as error:
         index = current.get("index")
         if index is None:
@@ -262,36 +299,93 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
     return time.perf_counter() - start
 
 
-def smoke(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | None = None) -> list[tuple[str, float]]:
-    """Execute each notebook with MENTOR_PROFILE=smoke in a copy of ``book`` (in ``workdir`` or a temp dir).
+def smoke_each(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | None = None,
+               jobs: int = 1) -> dict[Path, float | NotebookFailed]:
+    """Execute each notebook with MENTOR_PROFILE=smoke in its own copy of ``book`` (in ``workdir`` or a temp dir),
+    ``jobs`` at a time; returns, per notebook as given, its seconds or the NotebookFailed that stopped it.
 
-    Nothing under ``book`` is modified. Returns (name, seconds) per notebook; raises NotebookFailed.
+    Nothing under ``book`` is modified. With ``jobs`` 1 the notebooks run one after the other in one copy (a
+    later one sees the files an earlier one wrote) and the first failure ends the run, so later notebooks are
+    missing from the result; with ``jobs`` > 1 each runs in a copy of its own, and each kernel gets
+    ``OMP_NUM_THREADS=1`` (unless set), so that the kernels share the cores instead of each taking all of them.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     book = book.resolve()
-    relative = []
     for nb_path in notebooks:
         if not Path(nb_path).is_file():
             raise NotebookFailed(f"{nb_path}: no such notebook; pass the path of a .ipynb file in {display_path(book)}/")
         try:
-            relative.append(Path(nb_path).resolve().relative_to(book))
+            Path(nb_path).resolve().relative_to(book)
         except ValueError:
             raise ValueError(f"{nb_path} is not inside {book}; smoke runs notebooks of that folder") from None
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of notebooks to run at once, >= 1, not {jobs!r}")
+    env = {**os.environ, "MENTOR_PROFILE": "smoke"}
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nbsmoke-")))
-        copy = Path(workdir) / book.name
-        shutil.copytree(book, copy, ignore=COPY_IGNORE)
-        results = []
-        with kernel_env(MENTOR_PROFILE="smoke"):
-            for rel in relative:
-                target = copy / rel
-                nb = nbformat.read(target, as_version=4)
-                problems = forbidden(nb)
-                if problems:
-                    raise NotebookFailed(f"{display_path(book / rel)}: " + "; ".join(problems))
-                seconds = execute_notebook(nb, target.parent, display_path(book / rel))
-                results.append((display_path(book / rel), seconds))
-        return results
+        if jobs == 1:  # one copy for all, as a sequential run in place would see it
+            shutil.copytree(book, Path(workdir) / book.name, ignore=COPY_IGNORE)
+
+        def one(index: int, nb_path: Path) -> float | NotebookFailed:
+            rel = Path(nb_path).resolve().relative_to(book)
+            copy = Path(workdir) / book.name
+            if jobs > 1:  # a copy of its own: notebooks running at once must not see each other's files
+                copy = Path(workdir) / f"{index:02d}" / book.name
+                shutil.copytree(book, copy, ignore=COPY_IGNORE)
+            target = copy / rel
+            nb = nbformat.read(target, as_version=4)
+            problems = forbidden(nb)
+            if problems:
+                return NotebookFailed(f"{display_path(book / rel)}: " + "; ".join(problems))
+            try:
+                return execute_notebook(nb, target.parent, display_path(book / rel), env=env)
+            except NotebookFailed as error:
+                return error
+
+        if jobs == 1:
+            outcomes: dict[Path, float | NotebookFailed] = {}
+            for index, nb_path in enumerate(notebooks):
+                outcomes[nb_path] = one(index, nb_path)
+                if isinstance(outcomes[nb_path], NotebookFailed):
+                    break
+            return outcomes
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return dict(zip(notebooks, pool.map(one, range(len(notebooks)), notebooks)))
+
+
+def smoke(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | None = None,
+          jobs: int = 1) -> list[tuple[str, float]]:
+    """Execute each notebook with MENTOR_PROFILE=smoke in a copy of ``book`` (in ``workdir`` or a temp dir).
+
+    Nothing under ``book`` is modified. Returns (name, seconds) per notebook; raises the first NotebookFailed
+    (see :func:`smoke_each` for ``jobs``).
+    """
+    results = []
+    for nb_path, outcome in smoke_each(notebooks, book, workdir, jobs).items():
+        if isinstance(outcome, NotebookFailed):
+            raise outcome
+        results.append((display_path(Path(nb_path).resolve()), outcome))
+    return results
+
+
+def require_installed_mentor() -> None:
+    """Raise NotebookFailed unless ``mentor`` is installed in this Python with its pytest plugin registered.
+
+    Chapter 11 runs pytest inside the notebook, and pytest loads the ``no_syncs`` plugin through the entry
+    point that ``pip install`` writes; a checkout that is only on ``PYTHONPATH`` has none, and the chapter's
+    tests would stop at "fixture 'no_syncs' not found".
+    """
+    from importlib.metadata import entry_points
+
+    if not [ep for ep in entry_points(group="pytest11") if ep.name == "mentor"]:
+        raise NotebookFailed(
+            "mentor is not installed in this Python, so pytest would not load its no_syncs plugin (chapter 11 "
+            "needs it); install it first: python -m pip install --no-deps --no-build-isolation -e . "
+            "(or make gpu-run, which uses .venv)")
 
 
 def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
@@ -303,8 +397,13 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
         sys.path.insert(0, str(REPO))
     from mentor.env import environment_report
 
+    require_installed_mentor()
+    # the kernels draw figures with ipykernel's inline backend: another MPLBACKEND (Agg, say) would store each
+    # figure as its text repr only
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env["MENTOR_PROFILE"] = os.environ.get("MENTOR_PROFILE") or "full"
     results = []
-    with kernel_env(MENTOR_PROFILE=os.environ.get("MENTOR_PROFILE") or "full"):
+    with kernel_env(MENTOR_PROFILE=env["MENTOR_PROFILE"]):
         for nb_path in run_order([Path(p) for p in notebooks]):
             name = display_path(nb_path)
             nb = nbformat.read(nb_path, as_version=4)
@@ -312,7 +411,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
             problems = forbidden(nb)
             if problems:
                 raise NotebookFailed(f"{name}: " + "; ".join(problems))
-            seconds = execute_notebook(nb, nb_path.resolve().parent, name)
+            seconds = execute_notebook(nb, nb_path.resolve().parent, name, env=env)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
                 "executed": executed,
@@ -364,8 +463,8 @@ class WaiverRefused(ValueError):
 def waive(nb_path: Path, reason: str) -> dict:
     """Accept, in ``nb_path``'s metadata, the change of the mentor modules it imports since its stored run.
 
-    The waiver (``metadata.mentor.waiver``) names the changed modules, the hash of the module
-    mapping it accepts (:func:`sources_digest`) and ``reason``; :func:`stale` then accepts exactly
+    The waiver (``metadata.mentor.waiver``) names the changed modules (and which of them are new or
+    gone: ``added``, ``removed``), the hash of the module mapping it accepts (:func:`sources_digest`) and ``reason``; :func:`stale` then accepts exactly
     that change and still fails on any other mentor change, a code-cell change or an edited output.
     Only a run that is otherwise current can be waived. Returns the waiver.
     """
@@ -386,8 +485,10 @@ def waive(nb_path: Path, reason: str) -> dict:
     if not modules:
         raise WaiverRefused(f"{name}: the mentor modules it imports are unchanged since its stored run: "
                             "there is nothing to waive")
-    waiver = {"reason": reason.strip(), "modules": modules, "accepts": sources_digest(current),
-              "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    recorded = meta["mentor_sources"]
+    waiver = {"reason": reason.strip(), "modules": modules,
+              "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
+              "accepts": sources_digest(current), "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     nb.metadata["mentor"]["waiver"] = waiver
     nbformat.write(nb, nb_path)
     return waiver
@@ -398,7 +499,7 @@ _SOURCES_CHANGED = "the mentor source it imports changed since its stored GPU ru
 
 def _run_reasons(nb: NotebookNode, meta: dict, package: str | None = None) -> list[str]:
     """Why the stored run in ``meta`` does not match ``nb``, waiver not applied (empty when it matches)."""
-    reasons = forbidden(nb)
+    reasons = forbidden(nb) + figures_without_images(nb)
     if not nb.cells:
         reasons.append("has no cells")
     if meta.get("code_sha256") is None:
@@ -442,12 +543,40 @@ def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -
             f"python scripts/nbtools.py waive {name} --reason ...)" if r in sources else r for r in reasons]
 
 
+def read_after(nb_path: Path, meta: dict) -> list[str]:
+    """Why ``nb_path``'s stored run (metadata ``meta``) cannot have read the current runs of the notebooks it reads
+    (:data:`READS`, and every notebook for reproducibility.ipynb): one message per notebook whose stored run is newer.
+
+    Notebooks beside it that are missing or unreadable are left to their own check.
+    """
+    import json
+
+    executed = meta.get("executed")
+    if executed is None:
+        return []
+    folder, name = Path(nb_path).parent, Path(nb_path).name
+    reads = READS.get(name, ())
+    if name == EVERY:
+        reads = tuple(p.name for p in sorted(folder.glob("*.ipynb")) if p.name != name)
+    problems = []
+    for other in reads:
+        try:
+            when = json.loads((folder / other).read_text(encoding="utf-8"))["metadata"]["mentor"]["executed"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if dt.datetime.fromisoformat(when) > dt.datetime.fromisoformat(executed):
+            problems.append(f"its stored run ({executed}) is older than the stored run of {other} ({when}), "
+                            f"whose results it reads; rerun it after {other}")
+    return problems
+
+
 def stale(notebooks: Sequence[Path]) -> list[str]:
     """One message per notebook whose stored GPU run is missing or no longer matches it.
 
     A stored run matches when its code cells, the ``mentor`` modules it imports and its outputs
-    hash as they did when ``gpu-run`` wrote it, and no cell skips itself or hides an error. A
-    waiver (:func:`waive`) accepts one change of the modules: exactly the one it names. A notebook
+    hash as they did when ``gpu-run`` wrote it, no cell skips itself or hides an error, every figure
+    was stored with its image, and it ran after the notebooks whose results it reads (:func:`read_after`).
+    A waiver (:func:`waive`) accepts one change of the modules: exactly the one it names. A notebook
     that cannot be read gets a message too, and the others are still checked.
     """
     messages = []
@@ -465,7 +594,7 @@ def stale(notebooks: Sequence[Path]) -> list[str]:
                             "restore it from git or re-save it from Jupyter")
             continue
         meta = nb.metadata.get("mentor", {})
-        reasons = _apply_waiver(nb, meta, _run_reasons(nb, meta, package), name)
+        reasons = _apply_waiver(nb, meta, _run_reasons(nb, meta, package), name) + read_after(Path(nb_path), meta)
         messages.extend(f"{name}: {reason}; {refresh}" for reason in reasons)
     return messages
 
@@ -494,6 +623,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]:
         sub = commands.add_parser(command, help=text, description=text)
         sub.add_argument("notebooks", nargs="*", type=Path, metavar="NB", help="default: every book/*.ipynb")
+        if command == "smoke":
+            sub.add_argument("-j", "--jobs", type=int, default=1,
+                             help="notebooks run at once, each in a copy of its own (default: 1, one copy in turn)")
+            sub.add_argument("--json", type=Path, metavar="FILE",
+                             help="write each notebook's outcome to FILE ({NB: {seconds} or {error}}) and run every "
+                                  "notebook, also after a failure")
     text = ("accept the change of the mentor modules NB imports since its stored run, for a reason the "
             "rendered page shows (a rerun that needs hardware that is not available)")
     sub = commands.add_parser("waive", help=text, description=text)
@@ -513,8 +648,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no notebooks given and none in {display_path(BOOK)}/", file=sys.stderr)
         return 1
     try:
+        if args.command == "smoke" and args.json:
+            import json
+
+            # each notebook in a copy of its own, so that one failure does not stop the others
+            outcomes = (smoke_each(notebooks, jobs=args.jobs) if args.jobs > 1
+                        else {nb: smoke_each([nb])[nb] for nb in notebooks})
+            record = {str(nb): {"error": str(o)} if isinstance(o, NotebookFailed) else {"seconds": o}
+                      for nb, o in outcomes.items()}
+            args.json.write_text(json.dumps(record, indent=1))
+            failed = [nb for nb, o in record.items() if "error" in o]
+            print(f"{len(record) - len(failed)} of {len(record)} notebook(s) ran; wrote {args.json}")
+            return 1 if failed else 0
         if args.command == "smoke":
-            for name, seconds in smoke(notebooks):
+            for name, seconds in smoke(notebooks, jobs=args.jobs):
                 print(f"{name}: ok ({seconds:.1f} s)")
         elif args.command == "gpu-run":
             gpu_run(notebooks)

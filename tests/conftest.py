@@ -1,5 +1,6 @@
-"""Shared test settings: a non-interactive matplotlib backend for every test (and its subprocesses), and
-one build of the book per session for the tests that read the site."""
+"""Shared test settings: a non-interactive matplotlib backend and one OpenMP thread for every test (and its
+subprocesses), one build of the book per session for the tests that read the site, and the notebooks' smoke run
+started in a process of its own as soon as the tests are collected, so that it runs beside the other tests."""
 
 import os
 import shutil
@@ -12,6 +13,9 @@ import yaml
 
 # Must be set before anything imports matplotlib.pyplot; subprocesses inherit it.
 os.environ["MPLBACKEND"] = "Agg"
+# Before torch is imported: on 2 cores shared with the notebooks' smoke run, torch's default of one thread per
+# core makes a tiny CPU training step many times slower (each thread waits for the other's core).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -37,3 +41,56 @@ def built_book(tmp_path_factory):
     build = subprocess.run([jupyter_book, "build", str(root), "-W", "-n", "--keep-going"],
                            capture_output=True, text=True, cwd=root)
     return build, root / "_build" / "html", present
+
+
+SMOKE = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start `nbtools.py smoke --json` for the notebooks this session's test_notebook_smoke items select, in a
+    process of its own: it runs while the other tests do, and the `smoke_runs` fixture waits for it."""
+    from nbtools_loader import nbtools
+
+    selected = [item.callspec.params["notebook"] for item in session.items
+                if getattr(item, "originalname", "") == "test_notebook_smoke" and item.callspec.params.get("notebook")]
+    if not selected or session.config.option.collectonly:
+        return
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="mentor-smoke-"))
+    out = folder / "outcomes.json"
+    before = {nb: nb.read_bytes() for nb in selected}
+    log = open(folder / "smoke.log", "w")
+    process = subprocess.Popen([sys.executable, str(nbtools.REPO / "scripts" / "nbtools.py"), "smoke", "--json",
+                                str(out), *map(str, selected)], stdout=log, stderr=subprocess.STDOUT, cwd=nbtools.REPO)
+    session.config.stash[SMOKE] = {"process": process, "out": out, "log": folder / "smoke.log", "before": before,
+                                   "folder": folder, "log_file": log}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A session that ends early (-x, Ctrl-C) does not leave the smoke run behind; its folder is removed."""
+    run = config.stash.get(SMOKE, None)
+    if run is None:
+        return
+    if run["process"].poll() is None:
+        run["process"].kill()
+        run["process"].wait()
+    run["log_file"].close()
+    shutil.rmtree(run["folder"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def smoke_runs(request: pytest.FixtureRequest) -> dict:
+    """{notebook: (its bytes before the run, its seconds or the NotebookFailed)}, from the background smoke run."""
+    import json
+
+    from nbtools_loader import nbtools
+
+    run = request.config.stash.get(SMOKE, None)
+    assert run is not None, "the smoke run was not started (pytest_collection_finish in tests/conftest.py)"
+    run["process"].wait()
+    if not run["out"].is_file():
+        pytest.fail(f"the smoke run wrote no outcomes:\n{run['log'].read_text()[-4000:]}", pytrace=False)
+    record = {Path(k): v for k, v in json.loads(run["out"].read_text()).items()}
+    return {nb: (run["before"][nb], nbtools.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
+                 else record[nb]["seconds"]) for nb in run["before"]}

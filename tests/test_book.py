@@ -120,7 +120,7 @@ def test_the_run_box_shows_a_waiver(tmp_path: Path) -> None:
     run_box._show_waiver(_App(path), other_page)
     assert [p.astext() for p in box.findall(nodes.paragraph)] == [
         "The outputs", "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); "
-        "mentor/lab/worker.py changed since. It was not rerun: rerunning needs two GPUs."]
+        "since then mentor/lab/worker.py changed. It was not rerun: rerunning needs two GPUs."]
     assert len(list(other.findall(nodes.paragraph))) == 1
     path.write_text(json.dumps({"metadata": {"mentor": {"mentor_sha256": "x"}}, "cells": []}))
     page, box = _page_with_box("Run this chapter")

@@ -1,5 +1,6 @@
 """CPU tests of mentor.ddp: the one-rank group (gloo and the CUDA-only "cuda:gloo"), and launch with gloo."""
 
+import functools
 import multiprocessing
 import time
 
@@ -14,7 +15,9 @@ from mentor.ddp import (
     default_backend,
     free_port,
     launch,
+    loader_sum,
     metric_compute,
+    placement_compute,
     rank_and_size,
     single_rank_group,
 )
@@ -48,6 +51,40 @@ def _pretend_main(rank, world_size):
 
 
 _pretend_main.__module__ = "__main__"  # as if defined in a script or a notebook
+
+_module_lambda = lambda rank, world_size: rank  # noqa: E731 - a lambda at the top level of a module
+
+
+def several_gloo_workers(rank, world_size, loader_workers):
+    """mentor.ddp's worker functions one after the other in one launch, each called as launch calls it alone."""
+    return {"rank_and_size": rank_and_size(rank, world_size),
+            "metric_compute synced": metric_compute(rank, world_size, "cpu", True),
+            "metric_compute unsynced": metric_compute(rank, world_size, "cpu", False),
+            "loader_sum": loader_sum(rank, world_size, loader_workers)}
+
+
+CUDA_ONLY_PLACEMENTS = ("gloo subgroup", "no sync", "default group")  # the failing one last
+
+
+def placements_in_one_group(rank, world_size, repeats):
+    """placement_compute of each of CUDA_ONLY_PLACEMENTS in turn, in the group that launch made."""
+    return [placement_compute(rank, world_size, placement, repeats) for placement in CUDA_ONLY_PLACEMENTS]
+
+
+@pytest.fixture(scope="module")
+def gloo_run():
+    """One launch on gloo of several_gloo_workers (through functools.partial, which launch accepts), and the
+    children left after it. One DataLoader worker per rank shows that a rank can start processes of its own (in a
+    spawned rank they are spawned too, each importing torch: two per rank would double the cost, not the check)."""
+    results = launch(functools.partial(several_gloo_workers, loader_workers=1), 2, backend="gloo", timeout=120)
+    return results, multiprocessing.active_children()
+
+
+@pytest.fixture(scope="module")
+def cuda_only_run():
+    """One launch, in a group with a backend for CUDA tensors only (as NCCL is), of placements_in_one_group."""
+    results = launch(placements_in_one_group, 2, 2, backend="cuda:gloo", timeout=120)
+    return results, multiprocessing.active_children()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -141,18 +178,20 @@ def test_cuda_only_group_breaks_cpu_metric_compute():
 # launch (spawned processes, gloo)
 
 
-def test_launch_rank_and_size():
-    results = launch(rank_and_size, 2, backend="gloo", timeout=120)
-    assert [(r.rank, r.ok, r.value, r.error) for r in results] == [(0, True, (0, 2), None), (1, True, (1, 2), None)]
-    assert multiprocessing.active_children() == []
+def test_launch_rank_and_size(gloo_run):
+    results, children = gloo_run
+    assert [(r.rank, r.ok, r.value["rank_and_size"], r.error) for r in results] == [
+        (0, True, (0, 2), None), (1, True, (1, 2), None)]
+    assert children == []
 
 
 @pytest.mark.parametrize("sync_on_compute,expected", [(True, [1.5, 1.5]), (False, [1.0, 2.0])])
-def test_launch_metric_compute(sync_on_compute, expected):
+def test_launch_metric_compute(gloo_run, sync_on_compute, expected):
     # rank r updates with r + 1: synced, both see the mean of 1 and 2; unsynced, each its own value
-    results = launch(metric_compute, 2, "cpu", sync_on_compute, backend="gloo", timeout=120)
+    results, _ = gloo_run
     assert all(r.ok for r in results), [r.error for r in results]
-    assert [r.value for r in results] == expected
+    key = "metric_compute synced" if sync_on_compute else "metric_compute unsynced"
+    assert [r.value[key] for r in results] == expected
 
 
 def test_launch_failure_returns_quickly_and_cleans_up():
@@ -221,20 +260,30 @@ def test_single_rank_group_restores_the_environment(monkeypatch):
 from mentor.ddp import compute_ms, placement_metric, placements_cost  # noqa: E402
 
 
-@pytest.mark.parametrize("backend, placement, expected", [
-    ("cpu:gloo,cuda:gloo", "default group", [1.5, 1.5]),
-    ("cuda:gloo", "gloo subgroup", [1.5, 1.5]),
-    ("cuda:gloo", "no sync", [1.0, 2.0]),
-])
-def test_placements_on_two_ranks(backend, placement, expected):
-    (row,) = placements_cost(backend, [placement], ranks=2, repeats=2)
-    assert row["values"] == expected and row["compute_ms"] > 0 and "error" not in row
+def test_placements_on_two_ranks_with_a_cpu_backend_average_the_ranks_values():
+    """placements_cost with ranks=2 launches placement_compute and makes its row of both ranks' values."""
+    (row,) = placements_cost("cpu:gloo,cuda:gloo", ["default group"], ranks=2, repeats=2)
+    assert row["values"] == [1.5, 1.5] and row["compute_ms"] > 0 and "error" not in row
+    assert set(row) == {"backend", "placement", "values", "compute_ms"}
+    assert (row["backend"], row["placement"]) == ("cpu:gloo,cuda:gloo", "default group")
 
 
-def test_cpu_metric_without_a_cpu_backend_reports_the_error():
-    (row,) = placements_cost("cuda:gloo", ["default group"], ranks=2, repeats=2)
-    assert row == {"backend": "cuda:gloo", "placement": "default group",
-                   "error": "No backend type associated with device type cpu"}
+@pytest.mark.parametrize("placement, expected", [("gloo subgroup", [1.5, 1.5]), ("no sync", [1.0, 2.0])])
+def test_placements_on_two_ranks_under_a_cuda_only_backend(cuda_only_run, placement, expected):
+    """The gloo subgroup syncs the CPU metric although the default group cannot; no sync keeps each rank's own."""
+    results, children = cuda_only_run
+    assert all(r.ok for r in results), [r.error for r in results]
+    rows = [r.value[CUDA_ONLY_PLACEMENTS.index(placement)] for r in results]
+    assert [row["value"] for row in rows] == expected
+    assert all(set(row) == {"placement", "value", "compute_ms"} and row["placement"] == placement
+               and row["compute_ms"] > 0 for row in rows), rows
+    assert children == []
+
+
+def test_cpu_metric_without_a_cpu_backend_reports_the_error(cuda_only_run):
+    results, _ = cuda_only_run
+    assert [r.value[CUDA_ONLY_PLACEMENTS.index("default group")] for r in results] == [
+        {"placement": "default group", "error": "No backend type associated with device type cpu"}] * 2
 
 
 def test_placements_one_rank_in_process():
@@ -264,12 +313,10 @@ def test_placement_helpers_reject_bad_input(call, error, message):
         call()
 
 
-def test_launch_workers_can_use_dataloader_workers():
-    from mentor.ddp import loader_sum
-
-    results = launch(loader_sum, 2, 2, backend="gloo")
-    assert [r.value for r in results] == [6.0, 7.0], [r.error for r in results]
-    assert multiprocessing.active_children() == []
+def test_launch_workers_can_use_dataloader_workers(gloo_run):
+    results, children = gloo_run
+    assert [r.value["loader_sum"] for r in results] == [6.0, 7.0], [r.error for r in results]
+    assert children == []
 
 
 @pytest.mark.parametrize("timeout", [-1, 0, float("inf"), float("nan"), True, "10"])
@@ -366,8 +413,6 @@ def test_placement_metric_default_group_syncs_through_the_default_group():
 
 def test_only_the_gloo_subgroup_placement_makes_a_group(monkeypatch):
     """new_group is a collective of every rank: placements that do not need a subgroup must not make one."""
-    from mentor.ddp import placement_compute
-
     made = []
     real = dist.new_group
     monkeypatch.setattr(dist, "new_group", lambda **kw: made.append(kw) or real(**kw))
@@ -381,10 +426,9 @@ def test_only_the_gloo_subgroup_placement_makes_a_group(monkeypatch):
 
 
 def test_placement_compute_reports_twenty_timed_computes_by_default(monkeypatch):
-    from mentor.ddp import placement_compute
-
     seen = []
-    monkeypatch.setattr("mentor.ddp.compute_ms", lambda metric, value, repeats: seen.append(repeats) or (value, 1.0))
+    monkeypatch.setattr("mentor.ddp.compute_ms",
+                        lambda metric, value, repeats: seen.append(repeats) or (value, 1.0))
     with single_rank_group("gloo"):
         assert placement_compute(0, 1, "no sync") == {"placement": "no sync", "value": 1.0, "compute_ms": 1.0}
     assert seen == [20]

@@ -31,14 +31,14 @@ def test_toc_lists_an_existing_notebook() -> None:
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("notebook", NOTEBOOKS or [None], ids=lambda p: p.name if p else "no-notebooks")
-def test_notebook_smoke(notebook: Path | None, tmp_path: Path) -> None:
-    """The notebook runs without error on the CPU with MENTOR_PROFILE=smoke, in a copy of book/."""
+def test_notebook_smoke(notebook: Path | None, smoke_runs: dict) -> None:
+    """The notebook runs without error on the CPU with MENTOR_PROFILE=smoke, in a copy of book/ (the run starts in
+    the background when the tests are collected: see tests/conftest.py)."""
     assert notebook is not None, "book/ has no notebooks to smoke-test"
-    before = notebook.read_bytes()
-    try:
-        nbtools.smoke([notebook], workdir=tmp_path)
-    except nbtools.NotebookFailed as error:
-        pytest.fail(str(error), pytrace=False)
+    before, outcome = smoke_runs[notebook]
+    if isinstance(outcome, nbtools.NotebookFailed):
+        pytest.fail(str(outcome), pytrace=False)
+    assert outcome > 0
     assert notebook.read_bytes() == before, f"{notebook.name} changed during its smoke run (written by it, or edited meanwhile)"
 
 
@@ -296,6 +296,33 @@ def test_check_reports_bad_notebooks_and_keeps_checking(tmp_path: Path, fake_men
     assert "not a readable notebook" in capsys.readouterr().out
 
 
+def test_parallel_smoke_runs_each_notebook_in_a_copy_of_its_own(tmp_path: Path) -> None:
+    """With jobs > 1 the notebooks run at once, each in its own copy, each kernel with one OpenMP thread, and a
+    failure is returned for its notebook while the others still run."""
+    book = tmp_path / "book"
+    book.mkdir()
+    first = write_notebook(book / "a.ipynb", "import os\nopen('from_a.txt', 'w').write(os.environ['OMP_NUM_THREADS'])")
+    bad = write_notebook(book / "b.ipynb", "raise ValueError('boom')")
+    third = write_notebook(book / "c.ipynb", "import os\nprint(os.path.exists('from_a.txt'))")
+    outcomes = nbtools.smoke_each([first, bad, third], book=book, workdir=tmp_path / "work", jobs=2)
+    assert list(outcomes) == [first, bad, third]
+    assert outcomes[first] > 0 and outcomes[third] > 0
+    assert isinstance(outcomes[bad], nbtools.NotebookFailed) and "boom" in str(outcomes[bad])
+    assert (tmp_path / "work" / "00" / "book" / "from_a.txt").read_text() == "1"
+    assert not (tmp_path / "work" / "02" / "book" / "from_a.txt").exists()
+    with pytest.raises(ValueError, match="jobs must be a whole number"):
+        nbtools.smoke_each([first], book=book, jobs=0)
+
+
+def test_sequential_smoke_stops_at_the_first_failure(tmp_path: Path) -> None:
+    book = tmp_path / "book"
+    book.mkdir()
+    bad = write_notebook(book / "a.ipynb", "raise ValueError('boom')")
+    later = write_notebook(book / "b.ipynb", "x = 1")
+    outcomes = nbtools.smoke_each([bad, later], book=book, workdir=tmp_path / "work")
+    assert list(outcomes) == [bad] and isinstance(outcomes[bad], nbtools.NotebookFailed)
+
+
 def test_smoke_names_a_missing_path(tmp_path: Path) -> None:
     with pytest.raises(nbtools.NotebookFailed, match="no such notebook"):
         nbtools.smoke([tmp_path / "missing.ipynb"], book=tmp_path)
@@ -359,6 +386,7 @@ def test_a_waiver_accepts_the_change_it_names(tmp_path: Path, layered_mentor: Pa
     nb = nbformat.read(path, as_version=4)
     waiver = nb.metadata["mentor"]["waiver"]
     assert waiver["reason"] == "needs two GPUs; none available" and waiver["modules"] == ["trace.py"]
+    assert waiver["added"] == [] and waiver["removed"] == []
     assert waiver["accepts"] == nbtools.sources_digest(nbtools.mentor_sources(nb))
     assert [c.get("outputs") for c in nb.cells] == [c.get("outputs") for c in before.cells]
     assert nbtools.stale([path]) == []
@@ -367,7 +395,7 @@ def test_a_waiver_accepts_the_change_it_names(tmp_path: Path, layered_mentor: Pa
     assert out.splitlines() == [
         "ok: 1 notebook(s) match their stored GPU run, 1 of them under a waiver:",
         f"  {path}: The stored run used mentor at {nb.metadata['mentor']['mentor_sha256'][:12]} (the hash of its "
-        "source); mentor/trace.py changed since. It was not rerun: needs two GPUs; none available."]
+        "source); since then mentor/trace.py changed. It was not rerun: needs two GPUs; none available."]
 
 
 def test_a_waiver_does_not_accept_another_mentor_change(tmp_path: Path, layered_mentor: Path) -> None:
@@ -435,6 +463,107 @@ def test_waiver_text_lists_every_changed_module() -> None:
     meta = {"mentor_sha256": "0123456789abcdef", "executed": "2026-12-01T10:10:47+00:00",
             "waiver": {"modules": ["a.py", "b.py", "lab/c.py"], "reason": "rerunning needs two GPUs."}}
     assert nbtools.waiver_text(meta) == (
-        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); mentor/a.py, mentor/b.py "
-        "and mentor/lab/c.py changed since. It was not rerun: rerunning needs two GPUs.")
+        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); since then mentor/a.py, "
+        "mentor/b.py and mentor/lab/c.py changed. It was not rerun: rerunning needs two GPUs.")
+    meta["waiver"].update(added=["lab/c.py"], removed=["a.py"])
+    assert nbtools.waiver_text(meta) == (
+        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); since then mentor/b.py "
+        "changed, mentor/lab/c.py is now imported and mentor/a.py is no longer imported. It was not rerun: rerunning needs two GPUs.")
     assert nbtools.waiver_text({"mentor_sha256": "x"}) is None
+
+
+def test_waive_records_the_modules_that_were_added_and_removed(tmp_path: Path, layered_mentor: Path) -> None:
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    (layered_mentor / "bench.py").write_text("import mentor.ddp\n")  # no longer env or trace; now ddp
+    waiver = nbtools.waive(path, "needs two GPUs")
+    assert (waiver["modules"], waiver["added"], waiver["removed"]) == (
+        ["bench.py", "ddp.py", "env.py", "trace.py"], ["ddp.py"], ["env.py", "trace.py"])
+
+
+# --- what else makes a stored run untrustworthy: figures without images, runs older than what they read ---
+
+
+def _figure_output(glued: bool, image: bool) -> dict:
+    data = {"text/plain": "<Figure size 640x480 with 1 Axes>"}
+    if image:
+        data["image/png"] = "iVBORw0KGgo="
+    if glued:
+        data = {nbtools.GLUE_PREFIX + key: value for key, value in data.items()}
+    return new_output("display_data", data=data)
+
+
+@pytest.mark.parametrize("glued", [False, True], ids=["displayed", "glued"])
+def test_check_fails_on_a_figure_stored_without_its_image(tmp_path: Path, fake_mentor: Path, glued: bool) -> None:
+    path = stored_run(write_notebook(tmp_path / "x.ipynb", "print(0.25)", "fig"), fake_mentor)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].outputs = [_figure_output(glued, image=True)]
+    nb.metadata["mentor"]["outputs_sha256"] = nbtools.outputs_hash(nb)
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == []
+    nb.cells[2].outputs = [_figure_output(glued, image=False)]
+    nb.metadata["mentor"]["outputs_sha256"] = nbtools.outputs_hash(nb)
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: cell 2 stored a matplotlib figure without its image (<Figure size 640x480 with 1 Axes>); "
+        f"refresh it with: make gpu-run NB={path}"]
+
+
+def _run_at(path: Path, executed: str) -> Path:
+    nb = nbformat.read(path, as_version=4) if path.exists() else new_notebook(cells=[new_code_cell("x = 1")])
+    nb.metadata["mentor"] = {"executed": executed}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_notebook_must_run_after_the_notebooks_whose_results_it_reads(tmp_path: Path) -> None:
+    assert nbtools.READS["08_summary.ipynb"] == ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb")
+    summary = _run_at(tmp_path / "08_summary.ipynb", "2026-12-02T03:10:52+00:00")
+    _run_at(tmp_path / "02_naive_metrics.ipynb", "2026-12-02T03:16:12+00:00")
+    _run_at(tmp_path / "05_weight.ipynb", "2026-12-02T03:00:00+00:00")
+    meta = nbformat.read(summary, as_version=4).metadata["mentor"]
+    assert nbtools.read_after(summary, meta) == [
+        "its stored run (2026-12-02T03:10:52+00:00) is older than the stored run of 02_naive_metrics.ipynb "
+        "(2026-12-02T03:16:12+00:00), whose results it reads; rerun it after 02_naive_metrics.ipynb"]
+    _run_at(summary, "2026-12-02T03:20:00+00:00")
+    assert nbtools.read_after(summary, nbformat.read(summary, as_version=4).metadata["mentor"]) == []
+    assert nbtools.read_after(tmp_path / "02_naive_metrics.ipynb", {"executed": "2026-12-01T00:00:00+00:00"}) == []
+
+
+def test_the_reproducibility_page_must_run_after_every_notebook(tmp_path: Path) -> None:
+    page = _run_at(tmp_path / "reproducibility.ipynb", "2026-12-02T03:16:58+00:00")
+    _run_at(tmp_path / "03_profiler.ipynb", "2026-12-02T03:20:00+00:00")
+    _run_at(tmp_path / "04_record_function.ipynb", "2026-12-02T03:00:00+00:00")
+    (tmp_path / "broken.ipynb").write_text("{not json")  # its own check reports it
+    assert nbtools.read_after(page, {"executed": "2026-12-02T03:16:58+00:00"}) == [
+        "its stored run (2026-12-02T03:16:58+00:00) is older than the stored run of 03_profiler.ipynb "
+        "(2026-12-02T03:20:00+00:00), whose results it reads; rerun it after 03_profiler.ipynb"]
+    assert nbtools.read_after(page, {}) == []  # no stored run: reported as such elsewhere
+
+
+def test_gpu_run_draws_figures_inline_whatever_mpl_backend_the_caller_set(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process runs with MPLBACKEND=Agg (tests/conftest.py); gpu-run's kernels must not inherit it."""
+    assert os.environ["MPLBACKEND"] == "Agg"
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")
+    path = write_notebook(tmp_path / "fig.ipynb", "import os\nprint(os.environ.get('MPLBACKEND'))",
+                          "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+    nbtools.gpu_run([path])
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[1].outputs[0]["text"] == "module://matplotlib_inline.backend_inline\n"  # ipykernel's own
+    assert any("image/png" in o.get("data", {}) for o in nb.cells[2].outputs)
+    assert nbtools.figures_without_images(nb) == []
+    assert os.environ["MPLBACKEND"] == "Agg"
+
+
+def test_gpu_run_refuses_a_python_without_mentor_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
+    path = write_notebook(tmp_path / "x.ipynb", "x = 1")
+    with pytest.raises(nbtools.NotebookFailed) as refused:
+        nbtools.gpu_run([path])
+    assert str(refused.value) == (
+        "mentor is not installed in this Python, so pytest would not load its no_syncs plugin (chapter 11 needs "
+        "it); install it first: python -m pip install --no-deps --no-build-isolation -e . (or make gpu-run, which "
+        "uses .venv)")
+    assert "mentor" not in nbformat.read(path, as_version=4).metadata

@@ -17,21 +17,33 @@ from typing import Any
 BOX_TITLE = "Run this chapter"
 
 
+def _listed(modules: list[str]) -> str:
+    names = ["mentor/" + m for m in modules]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def waiver_text(meta: dict[str, Any]) -> str | None:
     """The run box's sentence for a notebook's waiver, in plain words; None when ``meta`` carries none.
 
     >>> print(waiver_text({"mentor_sha256": "628507b8548e5cfe", "executed": "2026-12-01T10:10:47+00:00",
-    ...                    "waiver": {"modules": ["bench.py", "lab/env.py"], "reason": "needs two GPUs"}}))
-    The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); mentor/bench.py and mentor/lab/env.py changed since. It was not rerun: needs two GPUs.
+    ...                    "waiver": {"modules": ["bench.py", "lab/bench.py", "lab/env.py"], "added": ["lab/bench.py"],
+    ...                               "removed": ["bench.py"], "reason": "needs two GPUs"}}))
+    The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then mentor/lab/env.py changed, mentor/lab/bench.py is now imported and mentor/bench.py is no longer imported. It was not rerun: needs two GPUs.
     """
     waiver = meta.get("waiver")
     if not waiver:
         return None
-    modules = ["mentor/" + m for m in waiver["modules"]]
-    listed = modules[0] if len(modules) == 1 else ", ".join(modules[:-1]) + " and " + modules[-1]
+    added, removed = waiver.get("added", []), waiver.get("removed", [])
+    parts = []
+    for group, one, many in (([m for m in waiver["modules"] if m not in added and m not in removed], "changed", "changed"),
+                             (added, "is now imported", "are now imported"),
+                             (removed, "is no longer imported", "are no longer imported")):
+        if group:
+            parts.append(f"{_listed(group)} {one if len(group) == 1 else many}")
+    said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     when = f", {meta['executed'][:10]}" if meta.get("executed") else ""
     return (f"The stored run used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
-            f"source{when}); {listed} changed since. It was not rerun: {waiver['reason'].rstrip('.')}.")
+            f"source{when}); since then {said}. It was not rerun: {waiver['reason'].rstrip('.')}.")
 
 
 def _show_waiver(app: Any, doctree: Any) -> None:

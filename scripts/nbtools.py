@@ -411,6 +411,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
             problems = forbidden(nb)
             if problems:
                 raise NotebookFailed(f"{name}: " + "; ".join(problems))
+            read = {other: _executed(nb_path.parent / other) for other in reads_of(nb_path)}
             seconds = execute_notebook(nb, nb_path.resolve().parent, name, env=env)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
@@ -420,6 +421,8 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
                 "mentor_sha256": mentor_hash(),
                 "mentor_sources": mentor_sources(nb),
             }
+            if read:  # the runs of the notebooks it read, as it found them (see read_after)
+                nb.metadata["mentor"]["read"] = read
             nbformat.write(nb, nb_path)
             nb = nbformat.read(nb_path, as_version=4)  # hash the outputs exactly as stored
             nb.metadata["mentor"]["outputs_sha256"] = outputs_hash(nb)
@@ -543,28 +546,46 @@ def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -
             f"python scripts/nbtools.py waive {name} --reason ...)" if r in sources else r for r in reasons]
 
 
-def read_after(nb_path: Path, meta: dict) -> list[str]:
-    """Why ``nb_path``'s stored run (metadata ``meta``) cannot have read the current runs of the notebooks it reads
-    (:data:`READS`, and every notebook for reproducibility.ipynb): one message per notebook whose stored run is newer.
+def reads_of(nb_path: Path) -> tuple[str, ...]:
+    """The notebooks beside ``nb_path`` whose results or metadata it reads (:data:`READS`; every one for EVERY)."""
+    folder, name = Path(nb_path).parent, Path(nb_path).name
+    if name == EVERY:
+        return tuple(p.name for p in sorted(folder.glob("*.ipynb")) if p.name != name)
+    return READS.get(name, ())
 
-    Notebooks beside it that are missing or unreadable are left to their own check.
-    """
+
+def _executed(path: Path) -> str | None:
+    """The ``executed`` time of the stored run in the notebook at ``path``; None when it has none or is unreadable."""
     import json
 
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["metadata"]["mentor"]["executed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_after(nb_path: Path, meta: dict) -> list[str]:
+    """Why ``nb_path``'s stored run (metadata ``meta``) did not read the current runs of the notebooks it reads.
+
+    ``gpu-run`` records, in ``meta["read"]``, the ``executed`` time of each notebook it read as it found it; each
+    must still be that notebook's stored run. A run stored without that record must at least be newer than each.
+    Notebooks beside it that are missing or unreadable are left to their own check.
+    """
     executed = meta.get("executed")
     if executed is None:
         return []
-    folder, name = Path(nb_path).parent, Path(nb_path).name
-    reads = READS.get(name, ())
-    if name == EVERY:
-        reads = tuple(p.name for p in sorted(folder.glob("*.ipynb")) if p.name != name)
+    folder = Path(nb_path).parent
+    recorded = meta.get("read")
     problems = []
-    for other in reads:
-        try:
-            when = json.loads((folder / other).read_text(encoding="utf-8"))["metadata"]["mentor"]["executed"]
-        except (OSError, ValueError, KeyError, TypeError):
+    for other in reads_of(nb_path):
+        when = _executed(folder / other)
+        if when is None:
             continue
-        if dt.datetime.fromisoformat(when) > dt.datetime.fromisoformat(executed):
+        if recorded is not None:
+            if recorded.get(other) != when:
+                problems.append(f"it read the stored run of {other} from {recorded.get(other) or 'nowhere'}, and that "
+                                f"notebook's stored run is now from {when}; rerun it after {other}")
+        elif dt.datetime.fromisoformat(when) > dt.datetime.fromisoformat(executed):
             problems.append(f"its stored run ({executed}) is older than the stored run of {other} ({when}), "
                             f"whose results it reads; rerun it after {other}")
     return problems

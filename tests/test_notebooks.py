@@ -567,3 +567,38 @@ def test_gpu_run_refuses_a_python_without_mentor_installed(tmp_path: Path, monke
         "it); install it first: python -m pip install --no-deps --no-build-isolation -e . (or make gpu-run, which "
         "uses .venv)")
     assert "mentor" not in nbformat.read(path, as_version=4).metadata
+
+
+def test_a_recorded_read_must_still_be_the_stored_run_of_what_it_read(tmp_path: Path) -> None:
+    """gpu-run records the run of each notebook it read; a later run of one of them, or one it never saw (a copy
+    of the book that held an older run of it), makes the reader stale, whatever the timestamps say."""
+    _run_at(tmp_path / "02_naive_metrics.ipynb", "2026-12-02T03:16:12+00:00")
+    _run_at(tmp_path / "05_weight.ipynb", "2026-12-02T03:14:09+00:00")
+    path = tmp_path / "08_summary.ipynb"
+    meta = {"executed": "2026-12-02T03:20:00+00:00",
+            "read": {"02_naive_metrics.ipynb": "2026-12-01T03:26:15+00:00", "05_weight.ipynb": "2026-12-02T03:14:09+00:00",
+                     "06_nan_check.ipynb": None}}
+    assert nbtools.read_after(path, meta) == [
+        "it read the stored run of 02_naive_metrics.ipynb from 2026-12-01T03:26:15+00:00, and that notebook's stored "
+        "run is now from 2026-12-02T03:16:12+00:00; rerun it after 02_naive_metrics.ipynb"]
+    _run_at(tmp_path / "06_nan_check.ipynb", "2026-12-02T03:15:09+00:00")
+    assert nbtools.read_after(path, meta)[1] == (
+        "it read the stored run of 06_nan_check.ipynb from nowhere, and that notebook's stored run is now from "
+        "2026-12-02T03:15:09+00:00; rerun it after 06_nan_check.ipynb")
+    meta["read"].update({"02_naive_metrics.ipynb": "2026-12-02T03:16:12+00:00", "06_nan_check.ipynb": "2026-12-02T03:15:09+00:00"})
+    assert nbtools.read_after(path, meta) == []
+
+
+def test_gpu_run_records_the_runs_a_notebook_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")
+    first = write_notebook(tmp_path / "a.ipynb", "x = 1")
+    page = write_notebook(tmp_path / "reproducibility.ipynb", "y = 2")
+    nbtools.gpu_run([page, first])
+    executed_a = nbformat.read(first, as_version=4).metadata["mentor"]["executed"]
+    meta = nbformat.read(page, as_version=4).metadata["mentor"]
+    assert meta["read"] == {"a.ipynb": executed_a}
+    assert "read" not in nbformat.read(first, as_version=4).metadata["mentor"]
+    assert nbtools.stale([first, page]) == []
+    nbtools.gpu_run([first])  # a's run changes after the page read it
+    (message,) = nbtools.stale([first, page])
+    assert message.startswith(f"{page}: it read the stored run of a.ipynb from {executed_a}, and that notebook's")

@@ -33,7 +33,7 @@ test: $(STAMP) $(OLD_SITE)/.installed
 	$(VENV)/bin/python -m pytest
 
 # A second torchmetrics, outside the venv's site-packages: only a process whose PYTHONPATH starts with it
-# imports it (mentor.releases). --no-deps: it needs nothing that the venv lacks.
+# imports it (mentor.lab.releases). --no-deps: it needs nothing that the venv lacks.
 old-torchmetrics: $(OLD_SITE)/.installed
 $(OLD_SITE)/.installed: $(PYTHON_DEPS)
 	$(PYTHON) -m pip install -q --no-deps --target $(OLD_SITE) torchmetrics==1.6.1

@@ -1,16 +1,18 @@
-"""mentor: training, profiling and benchmarking helpers for collecting metrics without slowing training.
+"""mentor: collect training metrics in PyTorch without slowing training down.
 
-One module per job:
+The library, what a training loop imports (each module imports nothing from ``mentor.lab``):
 
-- ``mentor.env``: device choice, run profiles and the environment report
-- ``mentor.data``: synthetic data (the article's dataset, loader, GPU-resident batches)
-- ``mentor.train``: the toy ResNet-18 setup and a training loop that times steps without syncing
-- ``mentor.metrics``: sync-free TorchMetrics variants, the article's metric sets, TensorBoard logging
-- ``mentor.suite``: the fused metric suite: mean loss and multiclass scores in one Metric, no sync per update
-- ``mentor.profiling``: profiler sessions, per-step sync counts, ``sync_guard`` and ``count_syncs``
-- ``mentor.trace``: reading Chrome traces: steps, syncs, GPU idle time, a timeline figure
-- ``mentor.bench``: interleaved comparisons of configurations (``python -m mentor.bench``)
-- ``mentor.ddp``: a one-rank process group and worker processes that clean up
+- ``mentor.suite``: :class:`~mentor.suite.FusedMetrics`, the loss mean and every multiclass score in one
+  torchmetrics ``Metric`` whose update never syncs
+- ``mentor.readback``: :class:`~mentor.readback.DeferredReadback`, values read back a few steps late
+  without making the host wait
+- ``mentor.sync_free``: sync-free variants of torchmetrics classes (``suppress_nan_check``,
+  ``scatter_stat_scores``) and ``host_scalar`` for host-side numbers
+- ``mentor.flat_sync``: metrics whose states all sum, synced across ranks in one all-reduce
+- ``mentor.syncs``: ``sync_guard`` and ``count_syncs``, every host-device sync with its file:line
+- ``mentor.pytest_plugin``: the ``no_syncs`` marker and fixture for your test suite
+
+The lab, ``mentor.lab``, is what the book measures and draws with (its docstring lists its modules).
 """
 
 import warnings as _warnings

@@ -10,7 +10,7 @@ a test asks for the check in one of two ways:
 Code under test can excuse a region with :func:`allow_syncs` (``with allow_syncs("why"):``); the
 excuse costs nothing when no check is running, so it can stay in a reader's training code.
 
-The watching is :func:`mentor.profiling.sync_guard` (not strict: every sync is recorded, and the
+The watching is :func:`mentor.syncs.sync_guard` (not strict: every sync is recorded, and the
 test fails after its body ran, with one line per ``file:line``); its docstring lists what it
 sees and what it cannot. Without a CUDA device there is no host-device sync to see: the check then
 watches only the explicit calls that ``sync_guard`` wraps (``torch.cuda.synchronize``, the
@@ -49,8 +49,18 @@ _ACTIVE: list[SyncCheck] = []
 class SyncCheck:
     """The syncs seen under one test's ``no_syncs`` check, and which of them are excused.
 
-    ``report`` is the :class:`mentor.profiling.SyncReport` of every sync seen; ``excused`` maps
-    the index of a site in ``report.sites`` to why it does not fail the test.
+    ``report`` is the :class:`mentor.syncs.SyncReport` of every sync seen; ``excused`` maps
+    the index of a site in ``report.sites`` to why it does not fail the test. The ``no_syncs``
+    fixture returns the check of the running test.
+
+    Example:
+        >>> import torch
+        >>> check = SyncCheck("test_demo")
+        >>> with watching(check):                    # what the plugin does around a test's body
+        ...     with check.allow("a deliberate wait"):
+        ...         torch.cuda.synchronize() if torch.cuda.is_available() else None
+        >>> check.failing, check.message()
+        ([], '')
     """
 
     test: str
@@ -104,7 +114,7 @@ class SyncCheck:
 
     def message(self) -> str:
         """Why the test fails: how many syncs, and one line per ``file:line`` (empty when none fail)."""
-        from mentor.profiling import SyncReport
+        from mentor.syncs import SyncReport
 
         failing = self.failing
         if not failing:
@@ -137,10 +147,21 @@ def allow_syncs(reason: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def watching(check: SyncCheck) -> Iterator[SyncCheck]:
-    """Run the sync guard for ``check`` while the block runs (the plugin does this around a test's body)."""
+    """Run the sync guard for ``check`` while the block runs (the plugin does this around a test's body).
+
+    With CUDA this is :func:`mentor.syncs.sync_guard`; without it only the Python-level calls are
+    watched (``torch.cuda.synchronize``, collectives), and ``check.cuda`` is False.
+
+    Example:
+        >>> check = SyncCheck("test_demo")
+        >>> with watching(check):
+        ...     pass
+        >>> check.report.count
+        0
+    """
     import torch
 
-    from mentor.profiling import SyncReport, _intercept, sync_guard
+    from mentor.syncs import SyncReport, _intercept, sync_guard
 
     check.cuda = torch.cuda.is_available()
     guard = sync_guard() if check.cuda else _intercept(SyncReport())
@@ -158,7 +179,13 @@ _CHECK = pytest.StashKey[SyncCheck]()
 
 @pytest.fixture
 def no_syncs(request: pytest.FixtureRequest) -> SyncCheck:
-    """Fail this test if its body makes the host wait for the GPU; see :mod:`mentor.pytest_plugin`."""
+    """Fail this test if its body makes the host wait for the GPU; see :mod:`mentor.pytest_plugin`.
+
+    Example (a test in your suite; ``train_step``, ``setup`` and ``batches`` are yours):
+        >>> def test_training_step_never_waits(no_syncs, setup, batches):    # doctest: +SKIP
+        ...     for batch in no_syncs.steps(batches, warmup=1):
+        ...         train_step(setup, batch)
+    """
     return request.node.stash.setdefault(_CHECK, SyncCheck(request.node.nodeid))
 
 

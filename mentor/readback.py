@@ -26,7 +26,14 @@ import torch
 
 @dataclass(frozen=True)
 class Reading:
-    """The values of one :meth:`DeferredReadback.push`, as Python floats, and the step they belong to."""
+    """The values of one :meth:`DeferredReadback.push`, as Python floats, and the step they belong to.
+
+    Example:
+        >>> reader = DeferredReadback()
+        >>> reader.push({"loss": torch.tensor(0.5)}, step=7)
+        >>> reader.latest()
+        Reading(step=7, values={'loss': 0.5})
+    """
 
     step: int
     values: dict[str, float]

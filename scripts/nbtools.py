@@ -139,8 +139,8 @@ def imported_modules(source: str, module: str = "") -> set[str]:
     shell lines are skipped. It over-counts rather than misses: a name that is not a module of the
     package is dropped later by :func:`mentor_sources`.
 
-    >>> sorted(imported_modules("from mentor.bench import compare\\nimport mentor.trace as t"))
-    ['mentor.bench', 'mentor.bench.compare', 'mentor.trace']
+    >>> sorted(imported_modules("from mentor.lab.compare import compare\\nimport mentor.lab.trace as t"))
+    ['mentor.lab.compare', 'mentor.lab.compare.compare', 'mentor.lab.trace']
     """
     tree = ast.parse(MAGIC_LINE.sub("", source))
     docs = {id(node.value) for node in ast.walk(tree) if _is_doc(node)}
@@ -395,7 +395,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
     """
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from mentor.env import environment_report
+    from mentor.lab.env import environment_report
 
     require_installed_mentor()
     # the kernels draw figures with ipykernel's inline backend: another MPLBACKEND (Agg, say) would store each
@@ -463,13 +463,18 @@ class WaiverRefused(ValueError):
     """``waive`` cannot accept the notebook's change (it is not a mentor change only, or there is none)."""
 
 
-def waive(nb_path: Path, reason: str) -> dict:
+def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> dict:
     """Accept, in ``nb_path``'s metadata, the change of the mentor modules it imports since its stored run.
 
     The waiver (``metadata.mentor.waiver``) names the changed modules (and which of them are new or
-    gone: ``added``, ``removed``), the hash of the module mapping it accepts (:func:`sources_digest`) and ``reason``; :func:`stale` then accepts exactly
-    that change and still fails on any other mentor change, a code-cell change or an edited output.
-    Only a run that is otherwise current can be waived. Returns the waiver.
+    gone: ``added``, ``removed``), the hash of the module mapping it accepts (:func:`sources_digest`) and
+    ``reason``; :func:`stale` then accepts exactly that change and still fails on any other mentor change,
+    a code-cell change or an edited output. Only a run that is otherwise current can be waived.
+
+    ``renames`` (``{"mentor.env": "mentor.lab.env"}``) is for a module that moved: the code cells must then
+    import it under its new name. The waiver records the renames and accepts code cells that, with every new
+    name put back to its old one (:func:`unrenamed`), are exactly the code of the stored run; any other code
+    change is still refused, by ``waive`` and by :func:`stale`. Returns the waiver.
     """
     name = display_path(Path(nb_path))
     if not isinstance(reason, str) or not reason.strip():
@@ -479,7 +484,9 @@ def waive(nb_path: Path, reason: str) -> dict:
     if meta.get("code_sha256") is None or meta.get("mentor_sources") is None:
         raise WaiverRefused(f"{name}: no stored GPU run with per-module hashes to waive a change of; "
                             f"run it first: make gpu-run NB={name}")
-    others = [r for r in _run_reasons(nb, meta) if not r.startswith(_SOURCES_CHANGED)]
+    renames = _check_renames(name, renames or {})
+    others = [r for r in _run_reasons(nb, meta) if not r.startswith(_SOURCES_CHANGED)
+              and not (r == _CODE_CHANGED and renames and code_hash(unrenamed(nb, renames)) == meta["code_sha256"])]
     if others:
         raise WaiverRefused(f"{name}: a waiver accepts a change of mentor modules only, and this run also "
                             f"{'; '.join(others)}; rerun it: make gpu-run NB={name}")
@@ -492,12 +499,56 @@ def waive(nb_path: Path, reason: str) -> dict:
     waiver = {"reason": reason.strip(), "modules": modules,
               "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
               "accepts": sources_digest(current), "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    if renames:
+        if code_hash(nb) == meta["code_sha256"]:
+            raise WaiverRefused(f"{name}: its code cells do not use the renamed modules "
+                                f"({', '.join(f'{old} -> {new}' for old, new in renames.items())}): leave --rename out")
+        waiver["renames"] = renames
     nb.metadata["mentor"]["waiver"] = waiver
     nbformat.write(nb, nb_path)
     return waiver
 
 
 _SOURCES_CHANGED = "the mentor source it imports changed since its stored GPU run"
+_CODE_CHANGED = "code cells changed since its stored GPU run"
+_MODULE_NAME = re.compile(r"^mentor(\.[A-Za-z_]\w*)+$")
+
+
+def _check_renames(name: str, renames: dict[str, str]) -> dict[str, str]:
+    """``renames`` checked: dotted ``mentor`` module names, old to new, each old and new name used once."""
+    for old, new in renames.items():
+        if not (isinstance(old, str) and isinstance(new, str) and _MODULE_NAME.match(old) and _MODULE_NAME.match(new)):
+            raise WaiverRefused(f"{name}: a rename maps an old mentor module to its new name, e.g. "
+                                f"mentor.env=mentor.lab.env; got {old!r} -> {new!r}")
+        if old == new:
+            raise WaiverRefused(f"{name}: the rename {old} -> {new} renames nothing")
+    if len(set(renames.values())) != len(renames):
+        raise WaiverRefused(f"{name}: two modules are renamed to one name: {renames}")
+    return dict(sorted(renames.items()))
+
+
+def unrenamed(nb: NotebookNode, renames: dict[str, str]) -> NotebookNode:
+    """A copy of ``nb`` whose code cells name every module of ``renames`` ``{old: new}`` by its old name again.
+
+    A new name is replaced where it stands as a whole dotted name (``mentor.lab.env`` in
+    ``from mentor.lab.env import x`` or ``mentor.lab.env.get_profile``, not in ``mentor.lab.envs``).
+
+    >>> from nbformat.v4 import new_code_cell, new_notebook
+    >>> nb = new_notebook(cells=[new_code_cell("from mentor.lab.env import x\nimport mentor.lab.envs")])
+    >>> unrenamed(nb, {"mentor.env": "mentor.lab.env"}).cells[0].source
+    'from mentor.env import x\nimport mentor.lab.envs'
+    """
+    import copy
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell.cell_type != "code":
+            continue
+        source = "".join(cell.source) if isinstance(cell.source, list) else cell.source
+        for old, new in renames.items():
+            source = re.sub(rf"(?<![\w.]){re.escape(new)}(?![\w])", old, source)
+        cell.source = source
+    return out
 
 
 def _run_reasons(nb: NotebookNode, meta: dict, package: str | None = None) -> list[str]:
@@ -509,7 +560,7 @@ def _run_reasons(nb: NotebookNode, meta: dict, package: str | None = None) -> li
         reasons.append("has no stored GPU run (metadata.mentor.code_sha256 is missing)")
         return reasons
     if meta["code_sha256"] != code_hash(nb):
-        reasons.append("code cells changed since its stored GPU run")
+        reasons.append(_CODE_CHANGED)
     recorded = meta.get("mentor_sources")
     if recorded is not None:
         changed = changed_modules(recorded, mentor_sources(nb))
@@ -541,7 +592,9 @@ def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -
     current = mentor_sources(nb)
     if (waiver.get("accepts") == sources_digest(current)
             and waiver.get("modules") == changed_modules(meta["mentor_sources"], current)):
-        return [r for r in reasons if r not in sources]
+        renames = waiver.get("renames") or {}
+        renamed_only = bool(renames) and code_hash(unrenamed(nb, renames)) == meta.get("code_sha256")
+        return [r for r in reasons if r not in sources and not (r == _CODE_CHANGED and renamed_only)]
     return [r + f", and its waiver ({waiver.get('reason')!r}) accepts another change (waive this one with "
             f"python scripts/nbtools.py waive {name} --reason ...)" if r in sources else r for r in reasons]
 
@@ -655,14 +708,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = commands.add_parser("waive", help=text, description=text)
     sub.add_argument("notebook", type=Path, metavar="NB")
     sub.add_argument("--reason", required=True, help='e.g. "needs two GPUs; none available"')
+    sub.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                     help="a module that moved, e.g. mentor.env=mentor.lab.env: accept code cells that differ from "
+                          "the stored run's only by importing it under its new name (repeat for each module)")
     args = parser.parse_args(argv)
     if args.command == "waive":
+        pairs = [r.partition("=") for r in args.rename]
+        bad = [r for r, (_, eq, _) in zip(args.rename, pairs) if not eq]
+        if bad:
+            parser.error(f"--rename takes OLD=NEW, e.g. mentor.env=mentor.lab.env; got {bad[0]!r}")
         try:
-            waiver = waive(args.notebook, args.reason)
+            waiver = waive(args.notebook, args.reason, {old: new for old, _, new in pairs})
         except (WaiverRefused, FileNotFoundError) as error:
             print(error, file=sys.stderr)
             return 1
-        print(f"{display_path(args.notebook)}: waived the change of {', '.join('mentor/' + m for m in waiver['modules'])}")
+        renames = ", ".join(f"{old} -> {new}" for old, new in waiver.get("renames", {}).items())
+        print(f"{display_path(args.notebook)}: waived the change of {', '.join('mentor/' + m for m in waiver['modules'])}"
+              + (f"; code cells accepted with the renames {renames}" if renames else ""))
         return 0
     notebooks = args.notebooks or default_notebooks()
     if not notebooks:

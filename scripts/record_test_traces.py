@@ -1,4 +1,4 @@
-"""Record the small profiler traces under tests/data that the CPU tests of mentor.trace read.
+"""Record the small profiler traces under tests/data that the CPU tests of mentor.lab.trace read.
 
 Run on a CUDA machine: python scripts/record_test_traces.py [OUTDIR]
 Each trace covers 3 profiled steps of a small ResNet-18 run (batch 16, 64 px, 100 classes).
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from mentor.data import device_batches
-from mentor.metrics import metric_set
-from mentor.profiling import ranged_mean_metric, record_steps, step_syncs
-from mentor.train import build_setup
+from mentor.lab.data import device_batches
+from mentor.lab.metric_sets import metric_set
+from mentor.lab.profiling import ranged_mean_metric, record_steps, step_syncs
+from mentor.lab.train import build_setup
 
 if not torch.cuda.is_available():
     sys.exit("record the test traces on a CUDA machine")

@@ -602,3 +602,109 @@ def test_gpu_run_records_the_runs_a_notebook_read(tmp_path: Path, monkeypatch: p
     nbtools.gpu_run([first])  # a's run changes after the page read it
     (message,) = nbtools.stale([first, page])
     assert message.startswith(f"{page}: it read the stored run of a.ipynb from {executed_a}, and that notebook's")
+
+
+# --- a waiver across a move: the modules went into a subpackage, so the code cells import them by new names ---
+
+
+def moved_run(tmp_path: Path, layered_mentor: Path) -> Path:
+    """A current run of a notebook that imports mentor.env and mentor.worker, then both moved into mentor/lab/."""
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.env import PROFILE",
+                                       "import mentor.worker\nprint(mentor.worker.__name__)", "print(0.25)"))
+    lab = layered_mentor / "lab"
+    lab.mkdir()
+    (lab / "__init__.py").write_text("")
+    (layered_mentor / "env.py").rename(lab / "env.py")
+    (layered_mentor / "worker.py").rename(lab / "worker.py")
+    (lab / "worker.py").write_text("import mentor.ddp\n")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = "from mentor.lab.env import PROFILE"
+    nb.cells[2].source = "import mentor.lab.worker\nprint(mentor.lab.worker.__name__)"
+    nbformat.write(nb, path)
+    return path
+
+
+RENAMES = ["--rename", "mentor.env=mentor.lab.env", "--rename", "mentor.worker=mentor.lab.worker"]
+
+
+def test_mentor_sources_follow_modules_into_a_subpackage(tmp_path: Path, layered_mentor: Path) -> None:
+    path = moved_run(tmp_path, layered_mentor)
+    assert sorted(nbtools.mentor_sources(nbformat.read(path, as_version=4))) == [
+        "__init__.py", "ddp.py", "lab/__init__.py", "lab/env.py", "lab/worker.py"]
+
+
+def test_a_waiver_with_renames_accepts_code_that_differs_only_by_them(tmp_path: Path, layered_mentor: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = moved_run(tmp_path, layered_mentor)
+    assert sorted(nbtools.stale([path])) == sorted([
+        f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}",
+        f"{path}: the mentor source it imports changed since its stored GPU run (mentor/env.py, mentor/lab/__init__.py, "
+        f"mentor/lab/env.py, mentor/lab/worker.py, mentor/worker.py); refresh it with: make gpu-run NB={path}"])
+    assert nbtools.main(["waive", str(path), "--reason", "needs two GPUs", *RENAMES]) == 0
+    assert capsys.readouterr().out == (
+        f"{path}: waived the change of mentor/env.py, mentor/lab/__init__.py, mentor/lab/env.py, mentor/lab/worker.py, "
+        "mentor/worker.py; code cells accepted with the renames mentor.env -> mentor.lab.env, "
+        "mentor.worker -> mentor.lab.worker\n")
+    meta = nbformat.read(path, as_version=4).metadata["mentor"]
+    assert meta["waiver"]["renames"] == {"mentor.env": "mentor.lab.env", "mentor.worker": "mentor.lab.worker"}
+    assert nbtools.stale([path]) == []
+    assert nbtools.waiver_text(meta).endswith(
+        "Its code cells now import mentor.lab.env and mentor.lab.worker where the stored run imported mentor.env and "
+        "mentor.worker; nothing else in them changed. It was not rerun: needs two GPUs.")
+
+
+def test_a_waiver_with_renames_still_refuses_any_other_code_change(tmp_path: Path, layered_mentor: Path) -> None:
+    path = moved_run(tmp_path, layered_mentor)
+    nbtools.waive(path, "needs two GPUs", {"mentor.env": "mentor.lab.env", "mentor.worker": "mentor.lab.worker"})
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[3].source = "print(0.5)"
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}"]
+    nb.cells[3].source = "print(0.25)"
+    nb.cells[1].source = "from mentor.lab.env import PROFILE as P"  # same modules, but more than a rename
+    nbformat.write(nb, path)
+    assert nbtools.stale([path]) == [
+        f"{path}: code cells changed since its stored GPU run; refresh it with: make gpu-run NB={path}"]
+
+
+def test_waive_refuses_renames_that_do_not_explain_the_code_change(tmp_path: Path, layered_mentor: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = moved_run(tmp_path, layered_mentor)
+    with pytest.raises(nbtools.WaiverRefused) as refused:  # one rename missing: cell 2 still differs
+        nbtools.waive(path, "needs two GPUs", {"mentor.env": "mentor.lab.env"})
+    assert str(refused.value) == (f"{path}: a waiver accepts a change of mentor modules only, and this run also "
+                                  f"code cells changed since its stored GPU run; rerun it: make gpu-run NB={path}")
+    for renames, message in [
+        ({"mentor.env": "mentor.env"}, "the rename mentor.env -> mentor.env renames nothing"),
+        ({"env": "mentor.lab.env"}, "a rename maps an old mentor module to its new name, e.g. mentor.env=mentor.lab.env; "
+                                    "got 'env' -> 'mentor.lab.env'"),
+        ({"mentor.env": "mentor.lab.env", "mentor.worker": "mentor.lab.env"},
+         "two modules are renamed to one name: {'mentor.env': 'mentor.lab.env', 'mentor.worker': 'mentor.lab.env'}"),
+    ]:
+        with pytest.raises(nbtools.WaiverRefused) as refused:
+            nbtools.waive(path, "needs two GPUs", renames)
+        assert str(refused.value) == f"{path}: {message}"
+    with pytest.raises(SystemExit):
+        nbtools.main(["waive", str(path), "--reason", "x", "--rename", "mentor.env"])
+    assert "--rename takes OLD=NEW, e.g. mentor.env=mentor.lab.env; got 'mentor.env'" in capsys.readouterr().err
+    assert "waiver" not in nbformat.read(path, as_version=4).metadata["mentor"]
+
+
+def test_waive_refuses_renames_when_the_code_did_not_change(tmp_path: Path, layered_mentor: Path) -> None:
+    path = waived_run(tmp_path, layered_mentor)  # a mentor change only, the code cells as stored
+    with pytest.raises(nbtools.WaiverRefused) as refused:
+        nbtools.waive(path, "needs two GPUs", {"mentor.env": "mentor.lab.env"})
+    assert str(refused.value) == (f"{path}: its code cells do not use the renamed modules (mentor.env -> "
+                                  "mentor.lab.env): leave --rename out")
+
+
+def test_unrenamed_replaces_whole_dotted_names_only() -> None:
+    nb = new_notebook(cells=[new_markdown_cell("mentor.lab.env in prose stays"),
+                             new_code_cell("import mentor.lab.env as e, mentor.lab.envs\nx = 'mentor.lab.env.f'\n"
+                                           "y = amentor.lab.env")])
+    out = nbtools.unrenamed(nb, {"mentor.env": "mentor.lab.env"})
+    assert out.cells[1].source == ("import mentor.env as e, mentor.lab.envs\nx = 'mentor.env.f'\n"
+                                   "y = amentor.lab.env")
+    assert out.cells[0].source == "mentor.lab.env in prose stays"
+    assert nb.cells[1].source.startswith("import mentor.lab.env as e")  # the notebook itself is left alone

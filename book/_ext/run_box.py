@@ -18,8 +18,7 @@ BOX_TITLE = "Run this chapter"
 
 
 def _listed(modules: list[str]) -> str:
-    names = ["mentor/" + m for m in modules]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return _names(["mentor/" + m for m in modules])
 
 
 def waiver_text(meta: dict[str, Any]) -> str | None:
@@ -29,6 +28,9 @@ def waiver_text(meta: dict[str, Any]) -> str | None:
     ...                    "waiver": {"modules": ["bench.py", "lab/bench.py", "lab/env.py"], "added": ["lab/bench.py"],
     ...                               "removed": ["bench.py"], "reason": "needs two GPUs"}}))
     The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then mentor/lab/env.py changed, mentor/lab/bench.py is now imported and mentor/bench.py is no longer imported. It was not rerun: needs two GPUs.
+
+    A waiver for modules that moved (``renames``, old name to new) also says that the code cells import them
+    under their new names.
     """
     waiver = meta.get("waiver")
     if not waiver:
@@ -42,8 +44,17 @@ def waiver_text(meta: dict[str, Any]) -> str | None:
             parts.append(f"{_listed(group)} {one if len(group) == 1 else many}")
     said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     when = f", {meta['executed'][:10]}" if meta.get("executed") else ""
+    renames = waiver.get("renames") or {}
+    moved = ""
+    if renames:
+        news, olds = _names(list(renames.values())), _names(list(renames))
+        moved = f" Its code cells now import {news} where the stored run imported {olds}; nothing else in them changed."
     return (f"The stored run used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
-            f"source{when}); since then {said}. It was not rerun: {waiver['reason'].rstrip('.')}.")
+            f"source{when}); since then {said}.{moved} It was not rerun: {waiver['reason'].rstrip('.')}.")
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _show_waiver(app: Any, doctree: Any) -> None:

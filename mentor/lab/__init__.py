@@ -1,0 +1,26 @@
+"""mentor.lab: what the book measures and draws with. A training loop does not need it.
+
+One module per job:
+
+- ``mentor.lab.env``: device choice, run profiles, the environment report and the notebooks' stored runs
+- ``mentor.lab.data``: synthetic data (the article's dataset, loader, GPU-resident batches)
+- ``mentor.lab.train``: the toy ResNet-18 setup and a training loop that times steps without syncing
+- ``mentor.lab.metric_sets``: the article's metric sets and their variants, the ways of grouping them
+- ``mentor.lab.tensorboard``: logging computed values to TensorBoard and reading them back
+- ``mentor.lab.trace``: reading Chrome traces: steps, syncs, waits, host time, GPU idle time
+- ``mentor.lab.profiling``: profiler sessions, per-step sync counts in a trace, sync audits
+- ``mentor.lab.stats``: step-time results and the paired bootstrap interval of an overhead
+- ``mentor.lab.comparison``: the result of a comparison (overheads, verdicts, table, JSON) and sweeps of them
+- ``mentor.lab.configs``: the configurations and operating points the chapters compare
+- ``mentor.lab.compare``: the measuring loop: interleaved rounds, sweeps over operating points
+- ``mentor.lab.blocks``: the same in short alternating blocks, for host-bound steps that drift
+- ``mentor.lab.bench``: the command line, ``python -m mentor.lab.bench``
+- ``mentor.lab.plots``: every figure the book draws from these results
+- ``mentor.lab.updates``: the metric updates the book measures, by name
+- ``mentor.lab.update_cost``: what one update costs: syncs, kernels, host time
+- ``mentor.lab.releases``: syncs per update under two torchmetrics releases
+- ``mentor.lab.read_patterns``: the usual ways of reading the loss back, as configurations
+- ``mentor.lab.compiled``: metric updates under ``torch.compile``: graph breaks and recompiles
+- ``mentor.lab.ddp``: a one-rank process group and worker processes that clean up
+- ``mentor.lab.worker``: one rank of a two-GPU measurement, started with torchrun
+"""

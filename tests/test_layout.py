@@ -1,0 +1,115 @@
+"""The package's layout: the library (``mentor.*``) never imports the lab (``mentor.lab.*``), every module stays
+small, and a module's ``if __name__ == "__main__":`` block comes after everything it defines."""
+
+import ast
+import importlib
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "mentor"
+LIBRARY = sorted(p for p in PACKAGE.glob("*.py"))
+LAB = sorted((PACKAGE / "lab").glob("*.py"))
+MAX_LINES = 500
+
+
+def mentor_imports(path: Path, root: Path = REPO) -> set[str]:
+    """The ``mentor`` modules a file imports anywhere (top level or inside functions), relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in names if n == "mentor" or n.startswith("mentor.")}
+
+
+def test_the_two_parts_exist():
+    assert {p.stem for p in LIBRARY} >= {"suite", "readback", "syncs", "sync_free", "flat_sync", "pytest_plugin"}
+    assert {p.stem for p in LAB} >= {"env", "data", "train", "stats", "comparison", "configs", "compare", "bench",
+                                     "plots", "blocks", "worker"}
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.name)
+def test_no_library_module_imports_the_lab(path):
+    lab = sorted(n for n in mentor_imports(path) if n == "mentor.lab" or n.startswith("mentor.lab."))
+    assert not lab, f"{path.relative_to(REPO)} imports {lab}: the library must work without the lab"
+
+
+def test_the_import_check_sees_imports_inside_functions(tmp_path):
+    pkg = tmp_path / "mentor"
+    pkg.mkdir()
+    module = pkg / "x.py"
+    module.write_text("def f():\n    from mentor.lab.bench import main\n    from .lab import plots\n")
+    assert mentor_imports(module, root=tmp_path) == {"mentor.lab.bench", "mentor.lab.bench.main", "mentor.lab",
+                                                     "mentor.lab.plots"}
+
+
+def test_importing_the_library_loads_no_lab_module():
+    code = ("import sys, mentor, mentor.suite, mentor.readback, mentor.syncs, mentor.sync_free, mentor.flat_sync, "
+            "mentor.pytest_plugin; print(sorted(m for m in sys.modules if m.startswith('mentor.lab')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", LIBRARY + LAB, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_stays_small(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it by job (at most {MAX_LINES})"
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+@pytest.mark.parametrize("path", LIBRARY + LAB, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_main_block_comes_last(path):
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    guards = [i for i, node in enumerate(body) if _is_main_guard(node)]
+    assert guards in ([], [len(body) - 1]), (f"{path.relative_to(REPO)}: the __main__ block stands at statement "
+                                             f"{guards[0] + 1} of {len(body)}; move it to the end of the module")
+
+
+def public_names(module: str) -> list[str]:
+    """The functions and classes a library module defines for its users (pytest's hook functions aside)."""
+    mod = importlib.import_module(module)
+    names = []
+    for name, obj in vars(mod).items():
+        if name.startswith("_") or name.startswith("pytest_"):
+            continue
+        target = getattr(obj, "__wrapped__", obj)  # a pytest fixture wraps its function
+        if (inspect.isfunction(target) or inspect.isclass(target)) and target.__module__ == module:
+            names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARY if p.stem != "__init__"], ids=lambda p: p.name)
+def test_every_public_name_of_the_library_has_an_example(path):
+    module = f"mentor.{path.stem}"
+    names = public_names(module)
+    assert names, f"{module} defines nothing public"
+    missing = [n for n in names if ">>>" not in (inspect.getdoc(getattr(importlib.import_module(module), n)) or "")]
+    assert not missing, f"{module}: {missing} have no example in their docstring"
+
+
+def test_lab_modules_that_locate_the_repository_find_its_root(monkeypatch):
+    """The worker and the releases module put the repository root on a child's PYTHONPATH (so that it imports
+    mentor), and the old torchmetrics release is looked for in the root's .venv: both are paths from __file__."""
+    from mentor.lab import releases, worker
+
+    assert worker.REPO == releases.REPO == REPO
+    monkeypatch.delenv(releases.SITE_VARIABLE, raising=False)
+    expected = REPO / ".venv" / "torchmetrics-1.6.1"
+    assert releases.old_release_site() == (expected if (expected / "torchmetrics" / "__init__.py").is_file() else None)

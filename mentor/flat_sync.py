@@ -2,13 +2,23 @@
 
 torchmetrics syncs a metric state by state (``Metric._sync_dist`` applies ``gather_all_tensors``
 to each): per state a barrier, then one ``all_gather`` for a 0-dim state or two for a 1-dim one
-(the shapes, then the data), and the gathered copies are summed on every rank. When every state
-is a tensor summed across ranks, the same result comes from concatenating the states into one
-float64 buffer, one ``all_reduce(SUM)``, and splitting it back: :func:`flat_sync` makes that
-subclass. Counts stay exact below 2**53; a float32 state is summed in float64 and rounded once.
+(the shapes, then the data), and the gathered copies are stacked and summed on every rank
+(``torch.sum(..., dim=0)``). When every state is a tensor summed across ranks, the same result
+comes from concatenating the states into one float64 buffer, one ``all_reduce(SUM)``, and
+splitting it back: :func:`flat_sync` makes that subclass.
 
-A state that is a list, or reduced otherwise than by sum, or a custom ``dist_sync_fn`` passed to
-the metric, makes the subclass fall back to torchmetrics' own sync for that call.
+Each state comes back with the dtype and the value that torchmetrics' sync gives it:
+
+- a bool or integer state is summed exactly and comes back as int64, as ``torch.sum`` widens it
+  (an int32 count of 2**30 on two ranks is 2**31, a uint8 200 + 200 is 400, True + True is 2).
+  It travels as two float64 numbers, its high and low 32 bits, whose sums stay exact (below 2**53)
+  for up to 2**21 ranks, so int64 counts above 2**53 are exact too;
+- a floating state keeps its dtype: it is summed in float64 and rounded once, which for two ranks
+  is torchmetrics' value to the last bit (for more ranks it can be closer to the exact sum).
+
+A state that is a list, or of another dtype (complex), or reduced otherwise than by sum, or a
+custom ``dist_sync_fn`` passed to the metric, makes the subclass fall back to torchmetrics' own
+sync for that call.
 """
 
 from __future__ import annotations
@@ -25,6 +35,12 @@ _MADE: dict[type, type] = {}
 PREFIX = "FlatSync"
 
 
+# the states summed exactly: torch.sum, torchmetrics' dim_zero_sum (torchmetrics 1.9.0 utilities/data.py:39-41,
+# applied to the stacked gathered states at metric.py:533-539), returns them as int64
+_INTEGER = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_LOW_BITS = 2**32
+
+
 def _flat_sync_dist(base: type[Metric]) -> Any:
     """The ``_sync_dist`` of ``FlatSync<base>``: one all-reduce, or ``base``'s own sync when it does not apply."""
 
@@ -33,14 +49,28 @@ def _flat_sync_dist(base: type[Metric]) -> Any:
         states = [getattr(self, name) for name in names]
         if (dist_sync_fn is not gather_all_tensors or not names
                 or any(self._reductions[n] is not dim_zero_sum for n in names)
-                or not all(isinstance(s, torch.Tensor) for s in states)):
+                or not all(isinstance(s, torch.Tensor) and (s.dtype in _INTEGER or s.is_floating_point())
+                           for s in states)):
             return base._sync_dist(self, dist_sync_fn, process_group=process_group)
-        flat = torch.cat([s.detach().reshape(-1).to(torch.float64) for s in states])
+        floats = [s for s in states if s.is_floating_point()]
+        ints = [s for s in states if not s.is_floating_point()]
+        parts = [s.detach().reshape(-1).to(torch.float64) for s in floats]
+        if ints:
+            whole = torch.cat([s.detach().reshape(-1).to(torch.int64) for s in ints])
+            # x = high * 2**32 + low, with low in [0, 2**32): each half is exact in float64, and so are their sums
+            parts += [(whole >> 32).to(torch.float64), (whole & (_LOW_BITS - 1)).to(torch.float64)]
+        flat = torch.cat(parts)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=process_group or self.process_group)
-        offset = 0
+        n_float, n_int = sum(s.numel() for s in floats), sum(s.numel() for s in ints)
+        float_sums = iter(flat[:n_float].split([s.numel() for s in floats]) if floats else ())
+        high, low = flat[n_float:n_float + n_int].to(torch.int64), flat[n_float + n_int:].to(torch.int64)
+        int_sums = iter((high * _LOW_BITS + low).split([s.numel() for s in ints]) if ints else ())  # wraps as int64
         for name, state in zip(names, states):
-            setattr(self, name, flat[offset: offset + state.numel()].view(state.shape).to(state.dtype))
-            offset += state.numel()
+            if state.is_floating_point():
+                summed = next(float_sums).to(state.dtype)
+            else:
+                summed = next(int_sums)
+            setattr(self, name, summed.view(state.shape))
         return None
 
     return _sync_dist
@@ -73,8 +103,8 @@ def flat_sync(metric_cls: type[Metric]) -> type[Metric]:
                             "can be pickled.")
         doc = (f"{metric_cls.__name__} whose states are synced across ranks in one all-reduce of one flat buffer "
                "(mentor.flat_sync).")
-        cls = type(name, (metric_cls,), {"_sync_dist": _flat_sync_dist(metric_cls), "__module__": __name__, "__qualname__": name,
-                                         "__doc__": doc})
+        cls = type(name, (metric_cls,), {"_sync_dist": _flat_sync_dist(metric_cls), "__module__": __name__,
+                                         "__qualname__": name, "__doc__": doc})
         globals()[name] = cls
         _MADE[metric_cls] = cls
     return _MADE[metric_cls]

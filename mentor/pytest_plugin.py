@@ -14,7 +14,17 @@ The watching is :func:`mentor.syncs.sync_guard` (not strict: every sync is recor
 test fails after its body ran, with one line per ``file:line``); its docstring lists what it
 sees and what it cannot. Without a CUDA device there is no host-device sync to see: the check then
 watches only the explicit calls that ``sync_guard`` wraps (``torch.cuda.synchronize``, the
-``torch.distributed`` collectives, ...), and pytest's summary says so.
+``torch.distributed`` collectives, ...), and pytest's summary says so. There a watched
+``torch.cuda.synchronize()`` (or an ``Event``'s, a ``Stream``'s, ``torch.accelerator.synchronize()``)
+is still recorded and still called, and torch's call raises for want of a device; when that error
+ends the test and the call was not excused, the test fails with the check's message, which names
+the call's ``file:line``, instead of torch's driver error.
+
+pytest loads the plugin under its entry point's name, ``mentor`` (disable it with ``-p no:mentor``).
+Naming the module as well (``-p mentor.pytest_plugin``, or ``pytest_plugins = ["mentor.pytest_plugin"]``
+in a conftest) is harmless: the first registration stands in for the plugin under the other name too,
+so that pytest does not register the module twice (it refuses a module already registered under
+another name).
 
 Example, in a reader's ``tests/test_step.py``::
 
@@ -34,6 +44,7 @@ Example, in a reader's ``tests/test_step.py``::
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +52,10 @@ from typing import Any
 import pytest
 
 MARKER = "no_syncs"
+ENTRY_POINT = "mentor"
+"""The name of the plugin's ``pytest11`` entry point (pyproject.toml), under which pytest loads it by itself."""
+_NEEDS_CUDA = ("torch.cuda.synchronize", "Event.synchronize", "Stream.synchronize", "torch.accelerator.synchronize")
+"""Kinds of watched calls that raise where torch sees no CUDA device (mentor.syncs' names for them)."""
 _ACTIVE: list[SyncCheck] = []
 """The checks watching right now (innermost last): the sync guard they run is process-wide too."""
 
@@ -67,6 +82,29 @@ class SyncCheck:
     report: Any = None
     excused: dict[int, str] = field(default_factory=dict)
     cuda: bool = False
+    failed_calls: list[tuple[int, str, Exception]] = field(default_factory=list, repr=False)
+    """(site index, kind, error) of each watched call whose original raised (without CUDA: torch's error)."""
+
+    def _failed(self, index: int, kind: str, error: Exception) -> None:
+        self.failed_calls.append((index, kind, error))
+
+    def stopped_by(self, error: BaseException) -> str:
+        """The check's message for a test that ``error`` ended, when ``error`` is what an unexcused watched
+        CUDA call raised for want of a CUDA device (empty otherwise: the test's own error is the one to report).
+
+        Example:
+            >>> check = SyncCheck("test_demo")
+            >>> check.stopped_by(RuntimeError("Found no NVIDIA driver on your system."))
+            ''
+        """
+        if self.cuda:
+            return ""
+        for index, kind, failed in self.failed_calls:
+            if failed is error and kind in _NEEDS_CUDA and index not in self.excused:
+                where = self.report.sites[index].where
+                return (f"{self.message()}\nWithout a CUDA device torch cannot make the {kind} call at {where}: "
+                        "it raised there and ended the test.")
+        return ""
 
     def _excuse(self, start: int, reason: str) -> None:
         if self.report is not None:
@@ -138,7 +176,8 @@ def allow_syncs(reason: str) -> Iterator[None]:
         ...     pass
     """
     if not isinstance(reason, str) or not reason.strip():
-        raise ValueError(f"allow_syncs needs a reason, as a non-empty string, not {reason!r}: say why the sync is fine.")
+        raise ValueError(f"allow_syncs needs a reason, as a non-empty string, not {reason!r}: "
+                         "say why the sync is fine.")
     with contextlib.ExitStack() as stack:
         for check in list(_ACTIVE):
             stack.enter_context(check.allow(reason))
@@ -164,7 +203,7 @@ def watching(check: SyncCheck) -> Iterator[SyncCheck]:
     from mentor.syncs import SyncReport, _intercept, sync_guard
 
     check.cuda = torch.cuda.is_available()
-    guard = sync_guard() if check.cuda else _intercept(SyncReport())
+    guard = sync_guard() if check.cuda else _intercept(SyncReport(), on_error=check._failed)
     with guard as report:
         check.report = report
         _ACTIVE.append(check)
@@ -187,6 +226,32 @@ def no_syncs(request: pytest.FixtureRequest) -> SyncCheck:
         ...         train_step(setup, batch)
     """
     return request.node.stash.setdefault(_CHECK, SyncCheck(request.node.nodeid))
+
+
+class _OtherName:
+    """Registered under the plugin's other name (entry point or module), so that pytest skips loading it twice."""
+
+    def __init__(self, registered_as: str) -> None:
+        self.registered_as = registered_as
+
+    def __repr__(self) -> str:
+        return f"<mentor.pytest_plugin, registered as {self.registered_as!r}>"
+
+
+def pytest_plugin_registered(plugin: object, plugin_name: str, manager: pytest.PytestPluginManager) -> None:
+    """When this module is registered, a stand-in takes its other name, so that both ways of loading it work.
+
+    pytest loads the entry point ``mentor`` unless a plugin of that name is registered or blocked
+    (pluggy's ``load_setuptools_entrypoints``), and imports ``-p mentor.pytest_plugin`` or a
+    conftest's ``pytest_plugins`` entry unless that name is (``PytestPluginManager.import_plugin``);
+    either way the second registration of the same module would raise "Plugin already registered
+    under a different name" (pluggy's ``register``) and stop pytest.
+    """
+    if plugin is not sys.modules[__name__]:
+        return
+    for name in (ENTRY_POINT, __name__):
+        if name != plugin_name and manager.get_plugin(name) is None and not manager.is_blocked(name):
+            manager.register(_OtherName(plugin_name), name=name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -212,10 +277,18 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if item.get_closest_marker(MARKER) is None and "no_syncs" not in getattr(item, "fixturenames", ()):
         return (yield)
     check = item.stash.setdefault(_CHECK, SyncCheck(item.nodeid))
+    stopped = ""
     with watching(check):
-        result = yield  # a failing test raises here: its own error is the one to report
-    if not check.cuda:
-        item.config.stash.setdefault(_WITHOUT_CUDA, []).append(item.nodeid)
+        if not check.cuda:  # counted before the body runs: a body that raises was watched too
+            item.config.stash.setdefault(_WITHOUT_CUDA, []).append(item.nodeid)
+        try:
+            result = yield  # a failing test raises here: its own error is the one to report,
+        except Exception as error:
+            stopped = check.stopped_by(error)  # unless it is torch's, raised by a watched CUDA call without CUDA
+            if not stopped:
+                raise
+    if stopped:  # outside the except block: torch's error is not shown as the failure's context
+        pytest.fail(stopped, pytrace=False)
     message = check.message()
     if message:
         pytest.fail(message, pytrace=False)

@@ -19,24 +19,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Reading:
     """The values of one :meth:`DeferredReadback.push`, as Python floats, and the step they belong to.
+
+    A reading cannot be changed: ``values`` is a read-only mapping over a dict of its own, copied
+    from the mapping passed in. :meth:`DeferredReadback.latest` returns the same reading until a
+    newer one arrives, so an edit of one caller's copy would otherwise show in every later call;
+    ``dict(reading.values)`` is a copy to edit.
 
     Example:
         >>> reader = DeferredReadback()
         >>> reader.push({"loss": torch.tensor(0.5)}, step=7)
-        >>> reader.latest()
+        >>> reading = reader.latest()
+        >>> reading
         Reading(step=7, values={'loss': 0.5})
+        >>> reading.values["loss"] = 1.0
+        Traceback (most recent call last):
+        ...
+        TypeError: 'mappingproxy' object does not support item assignment
     """
 
     step: int
-    values: dict[str, float]
+    values: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
+
+    def __repr__(self) -> str:
+        return f"Reading(step={self.step!r}, values={dict(self.values)!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[int, dict[str, float]]]:
+        return Reading, (self.step, dict(self.values))  # a mappingproxy does not pickle
 
 
 @dataclass
@@ -104,9 +124,14 @@ class DeferredReadback:
     def push(self, values: Mapping[str, torch.Tensor], step: int | None = None) -> None:
         """Start copying ``values`` (one-element tensors, on one device) to the host; returns without waiting.
 
-        ``step`` labels the reading (default: the number of earlier pushes). On the GPU this launches
-        at most one cast per value, one stack and one copy, and records one event.
+        ``step`` labels the reading: a Python int >= 0 (default: the number of earlier pushes). On the GPU
+        this launches at most one cast per value, one stack and one copy, and records one event.
         """
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            hint = " (reading a tensor's value is a sync: pass the loop's own counter)" if isinstance(
+                step, torch.Tensor) else ""
+            raise ValueError(f"push's step must be a whole number >= 0, such as the loop's step=i, or None for the "
+                             f"number of earlier pushes, not {step!r}{hint}.")
         keys, tensors = self._check(values)
         seq = self._pushes
         self._pushes += 1

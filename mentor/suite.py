@@ -33,7 +33,11 @@ class FusedMetrics(Metric):
 
     The states (``tp``, ``fp``, ``fn`` per class; ``loss_sum``, ``loss_count``;
     ``invalid_labels``) all reduce with ``"sum"``, so torchmetrics' own ``sync_on_compute``
-    makes them agree across DDP ranks.
+    makes them agree across DDP ranks. Under DDP :meth:`compute` reads the invalid labels of all
+    ranks, so it raises on every rank together, each left with its own states (torchmetrics would
+    leave them synced). A ``forward`` call that raises (an invalid label, a bad input) leaves the
+    states and torchmetrics' flags as they were before it: the batch is not added, and the next
+    ``compute()`` syncs as usual.
 
     Args:
         num_classes: number of classes, at least 2.
@@ -102,6 +106,15 @@ class FusedMetrics(Metric):
 
         return wrapped
 
+    def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
+        """torchmetrics' wrapper, which puts the local states back when ``compute`` raises after syncing."""
+        return _unsync_on_error(self, super()._wrap_compute(compute))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """torchmetrics' ``forward`` (add the batch, return the batch's own values); if it raises, the metric is left
+        as it was before the call."""
+        return _forward_or_restore(self, super().forward, *args, **kwargs)
+
     @property
     def update_called(self) -> bool:
         """Whether ``update`` ran since the last reset; after compiled updates only, this reads ``loss_count``
@@ -149,6 +162,61 @@ class FusedMetrics(Metric):
                 f"ignore_index=<the padding label> (now {self.ignore_index}) to skip them.")
         return {"loss": self.loss_sum / self.loss_count, **scores(self.tp, self.fp, self.fn, self.zero_division,
                                                                   self.per_class)}
+
+
+# What torchmetrics' forward changes on its way and puts back only at its end (torchmetrics 1.9.0 metric.py:364-402,
+# _forward_reduce_state_update: reset() at :374, the batch's flags set at :377-381 and restored at :388-398; the
+# same in _forward_full_state_update, :319-362).
+_FORWARD_FLAGS = ("_update_count", "_computed", "_forward_cache", "_to_sync", "_should_unsync", "_enable_grad",
+                  "compute_on_cpu", "_is_synced", "_cache")
+
+
+def _forward_or_restore(metric: Metric, forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``forward(*args, **kwargs)``; if it raises, the metric's states and forward's flags are put back first.
+
+    torchmetrics' forward resets the metric, updates it with the batch alone and computes the batch's
+    values before it adds the saved states back and restores its flags. An exception on the way (an
+    invalid label found by ``compute``, a bad input refused by ``update``) skips both: the metric would
+    keep only the failed batch, and ``_to_sync`` (``dist_sync_on_step``, False by default) would make the
+    next ``compute()`` skip the gather that the other DDP ranks wait in.
+    """
+    names = list(metric._defaults)
+    current = [getattr(metric, name) for name in names]
+    # the reduce path replaces every tensor state (reset, metric.py:767) before the batch's update, so the
+    # tensors held now stay as they are; the full path (chosen at metric.py:312) updates them in place first
+    # (metric.py:328), and reset() clears list states in place (metric.py:769): those are copied
+    full = metric.full_state_update or metric.full_state_update is None or metric.dist_sync_on_step
+    states = (metric._copy_state_dict() if full or not all(isinstance(s, torch.Tensor) for s in current)
+              else dict(zip(names, current)))
+    flags = {name: getattr(metric, name) for name in _FORWARD_FLAGS}
+    try:
+        return forward(*args, **kwargs)
+    except BaseException:
+        for name, value in {**states, **flags}.items():
+            setattr(metric, name, value)
+        raise
+
+
+def _unsync_on_error(metric: Metric, compute: Callable[..., Any]) -> Callable[..., Any]:
+    """``compute`` (torchmetrics' wrapped compute) that puts the local states back when it raises after syncing.
+
+    torchmetrics' compute syncs in ``sync_context`` and unsyncs after its ``yield`` (metric.py:672-674, entered
+    at :694), which an exception raised by the metric's compute skips: the metric would stay synced, holding
+    the global states, and the next ``compute()`` would fail with "The Metric has already been synced."
+    (``sync``, metric.py:596-597). Here the unsync that a return would have made is made before raising.
+    """
+
+    @functools.wraps(compute)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        synced_before = metric._is_synced
+        try:
+            return compute(*args, **kwargs)
+        except BaseException:
+            if metric._is_synced and not synced_before and metric._should_unsync:
+                metric.unsync()
+            raise
+
+    return wrapped
 
 
 def _check_inputs(loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> None:

@@ -18,7 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from torchmetrics.aggregation import BaseAggregator
 from torchmetrics.classification.stat_scores import MulticlassStatScores
 
 from mentor._named import named_subclass
+from mentor.suite import _forward_or_restore, _unsync_on_error
 
 
 def _derived(prefix: str, base: type, attrs: dict[str, Any], doc: str) -> type:
@@ -112,9 +115,11 @@ def scatter_stat_scores(metric_cls: type[MulticlassStatScores]) -> type[Multicla
     Labels outside ``0 .. num_classes - 1`` (other than ``ignore_index``) would make
     ``scatter_add_`` fail with a device-side assert that breaks every later CUDA call. They are
     left out of the counts and counted on the device instead, and ``compute()`` raises a
-    ``ValueError`` with their number. ``top_k > 1`` and ``multidim_average="samplewise"`` fall
-    back to the torchmetrics update. The same base gives the same class,
-    ``mentor.sync_free.Scatter<Base>``, which pickles.
+    ``ValueError`` with their number (under DDP, their number over all ranks, on every rank, each
+    left with its own states as after a successful compute). A ``forward`` that raises leaves the
+    metric as it was before the call, as :class:`mentor.suite.FusedMetrics` does. ``top_k > 1``
+    and ``multidim_average="samplewise"`` fall back to the torchmetrics update. The same base
+    gives the same class, ``mentor.sync_free.Scatter<Base>``, which pickles.
 
     Example:
         >>> from torchmetrics.classification import MulticlassPrecision
@@ -163,7 +168,14 @@ def scatter_stat_scores(metric_cls: type[MulticlassStatScores]) -> type[Multicla
             )
         return metric_cls.compute(self)
 
-    return _derived("Scatter", metric_cls, {"__init__": __init__, "update": update, "compute": compute},
+    def _wrap_compute(self: MulticlassStatScores, compute: Callable[..., Any]) -> Callable[..., Any]:
+        return _unsync_on_error(self, metric_cls._wrap_compute(self, compute))
+
+    def forward(self: MulticlassStatScores, *args: Any, **kwargs: Any) -> Any:
+        return _forward_or_restore(self, functools.partial(metric_cls.forward, self), *args, **kwargs)
+
+    return _derived("Scatter", metric_cls, {"__init__": __init__, "update": update, "compute": compute,
+                                            "_wrap_compute": _wrap_compute, "forward": forward},
                     f"{metric_cls.__name__} counting with scatter_add_, without a sync.")
 
 

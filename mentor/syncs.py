@@ -263,13 +263,24 @@ def _seen(report: SyncReport, strict: bool, kind: str) -> None:
                         "synchronizing calls; the call was not made.")
 
 
-def _wrap(original: Callable[..., Any], kind: str, report: SyncReport, strict: bool) -> Callable[..., Any]:
+_OnError = Callable[[int, str, Exception], None]  # (index of the call's site in the report, its kind, its error)
+
+
+def _wrap(original: Callable[..., Any], kind: str, report: SyncReport, strict: bool,
+          on_error: _OnError | None = None) -> Callable[..., Any]:
     @functools.wraps(original)
     def intercepted(*args: Any, **kwargs: Any) -> Any:
+        index = None
         if _depth() == 0:  # calls made inside another intercepted call are part of it
+            index = len(report.sites)
             _seen(report, strict, kind)
         with _inside_intercepted():
-            return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            except Exception as err:
+                if on_error is not None and index is not None:
+                    on_error(index, kind, err)
+                raise
 
     return intercepted
 
@@ -318,12 +329,14 @@ def _record_warning(report: SyncReport, message: Any, category: type, filename: 
 
 
 @contextmanager
-def _intercept(report: SyncReport, strict: bool = False) -> Iterator[SyncReport]:
+def _intercept(report: SyncReport, strict: bool = False, on_error: _OnError | None = None) -> Iterator[SyncReport]:
     """Wrap the Python-level synchronizing calls (see :func:`sync_guard`) while the block runs; no CUDA needed.
 
     Each call records a :class:`SyncSite` into ``report`` (or, with ``strict``, raises
     :class:`SyncError` before calling the original). Every attribute is put back on exit, also
-    when the block raises; nested uses restore the enclosing use's wrappers.
+    when the block raises; nested uses restore the enclosing use's wrappers. When the original of
+    a recorded call raises (``torch.cuda.synchronize()`` where torch sees no CUDA device),
+    ``on_error(index of its site, kind, the error)`` is called before the error goes on.
 
     ``torch.Tensor.copy_`` is replaced on the class rather than watched with a
     ``TorchFunctionMode``: a mode is per thread, routes every torch call in the block through
@@ -334,7 +347,7 @@ def _intercept(report: SyncReport, strict: bool = False) -> Iterator[SyncReport]
     try:
         for owner, name, kind in _targets():
             saved.append((owner, name, vars(owner).get(name, _MISSING)))
-            setattr(owner, name, _wrap(getattr(owner, name), kind, report, strict))
+            setattr(owner, name, _wrap(getattr(owner, name), kind, report, strict, on_error))
         saved.append((torch.Tensor, "copy_", vars(torch.Tensor).get("copy_", _MISSING)))
         torch.Tensor.copy_ = _wrap_copy(torch.Tensor.copy_, report, strict)  # type: ignore[method-assign]
         yield report

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from nbtools_loader import nbtools
 
 REPO = Path(__file__).resolve().parent.parent

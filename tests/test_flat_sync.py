@@ -1,5 +1,5 @@
-"""mentor.flat_sync: one all-reduce per sync, the same values as torchmetrics' own sync, and a fallback
-where it does not apply. Two real ranks are in test_lab_worker.py (task agree)."""
+"""mentor.flat_sync: one all-reduce per sync, the same values and dtypes as torchmetrics' own sync (two gloo ranks,
+every dtype), and a fallback where it does not apply. More real ranks are in test_lab_worker.py (task agree)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 import torch
-from torchmetrics import CatMetric, MaxMetric, MeanMetric, SumMetric
+from torchmetrics import CatMetric, MaxMetric, MeanMetric, Metric, SumMetric
 from torchmetrics.classification import MulticlassF1Score
 
 from mentor.flat_sync import flat_sync
@@ -111,17 +111,18 @@ class TwoRanks:
         tensor.mul_(2)
 
 
-def test_the_flat_buffer_is_float64_so_large_counts_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_flat_buffer_is_float64_and_integer_states_travel_as_two_exact_halves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     reduce = TwoRanks()
     monkeypatch.setattr(torch.distributed, "all_reduce", reduce)
     metric = feed(flat_sync(FusedMetrics)(5))
-    metric.tp[0] = 2**40 + 1  # float32 would round it (24-bit mantissa); float64 holds it
+    metric.tp[0] = 2**60 + 1  # float64 would round it (53-bit mantissa); its two 32-bit halves are exact
     before = {name: getattr(metric, name).clone() for name in metric._reductions}
     group = object()
     metric.sync(process_group=group, distributed_available=lambda: True)
-    # tp, fp, fn (5 each), loss_sum, loss_count, invalid_labels: 18 numbers in one call
-    assert reduce.calls == [(torch.float64, 18, torch.distributed.ReduceOp.SUM, group)]
-    assert int(metric.tp[0]) == 2**41 + 2
+    # loss_sum (float32): 1 number; tp, fp, fn (5 each), loss_count, invalid_labels (int64): 17 numbers, 2 halves each
+    assert reduce.calls == [(torch.float64, 1 + 2 * 17, torch.distributed.ReduceOp.SUM, group)]
+    assert int(metric.tp[0]) == 2**61 + 2
     for name, value in before.items():
         assert getattr(metric, name).dtype == value.dtype, name
         assert torch.equal(getattr(metric, name), value * 2), name
@@ -187,3 +188,94 @@ def test_only_names_that_start_with_the_prefix_are_made_on_demand() -> None:
     with pytest.raises(AttributeError) as exc:
         getattr(module, "SyncFlatMeanMetric")
     assert str(exc.value) == "module 'mentor.flat_sync' has no attribute 'SyncFlatMeanMetric'"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Two gloo ranks: every dtype comes back as torchmetrics' own sync gives it
+
+
+# name: (dtype, the state on rank 0, on rank 1)
+STATES = {
+    "int32": (torch.int32, [2**30, -5], [2**30, -7]),
+    "int16": (torch.int16, [30000, -32768], [30000, 5]),
+    "uint8": (torch.uint8, [200, 7], [200, 255]),
+    "bool": (torch.bool, [True, False], [True, True]),
+    "int64": (torch.int64, [2**53 + 1, -(2**61) - 3], [2**53 + 2, 2**62 + 5]),
+    "float32": (torch.float32, [0.1, 1e30], [0.2, 3.0]),
+    "float64": (torch.float64, [0.1, 1e300], [0.2, -1e-300]),
+}
+CASES = {**{name: [name] for name in STATES}, "mix": list(STATES)}
+
+
+class DtypeSums(Metric):
+    """States of the dtypes of ``STATES`` named, summed across ranks; ``update(rank)`` sets them to that rank's."""
+
+    full_state_update = False
+
+    def __init__(self, names: list[str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        for name in names:
+            self.add_state(name, torch.zeros(2, dtype=STATES[name][0]), dist_reduce_fx="sum")
+
+    def update(self, rank: int) -> None:
+        for name in self._defaults:
+            setattr(self, name, torch.tensor(STATES[name][1 + rank], dtype=STATES[name][0]))
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self._defaults}
+
+
+def synced(metric) -> dict[str, object]:
+    """``metric.sync()``: each state's dtype and value, the collectives it made, and whether unsync() restored it."""
+    local = {name: getattr(metric, name).clone() for name in metric._defaults}
+    try:
+        with _intercept(SyncReport()) as report:
+            metric.sync()
+    except Exception as err:  # noqa: BLE001 - torchmetrics' own sync of an int16 state on gloo; the parent checks
+        return {"error": f"{type(err).__name__}: {err}"}
+    out = {name: (str(getattr(metric, name).dtype), getattr(metric, name).tolist()) for name in metric._defaults}
+    metric.unsync()
+    restored = all(getattr(metric, n).dtype == t.dtype and torch.equal(getattr(metric, n), t) for n, t in local.items())
+    return {"states": out, "collectives": dict(report.by_kind()), "unsynced": restored}
+
+
+def dtype_sums_on_two_ranks(rank: int, world_size: int) -> dict[str, dict[str, object]]:
+    """Worker: for every case of CASES, torchmetrics' own sync and the flat sync of the same states."""
+    out = {}
+    for case, names in CASES.items():
+        plain, flat = DtypeSums(names), flat_sync(DtypeSums)(names)
+        plain.update(rank)
+        flat.update(rank)
+        out[case] = {"plain": synced(plain), "flat": synced(flat)}
+    return out
+
+
+def test_on_two_gloo_ranks_every_dtype_syncs_as_torchmetrics_sync_does() -> None:
+    """torchmetrics stacks the gathered states and sums them with torch.sum (dim_zero_sum), which returns int64 for
+    bool and integer states: the flat sync gives each state that dtype and value, in one all_reduce per sync. The old
+    float64 buffer cast the sums back (int32 2**30 + 2**30 became -2**31, uint8 200 + 200 became 144, True + True
+    stayed True) and rounded int64 counts above 2**53."""
+    from torchmetrics.utilities.data import dim_zero_sum
+
+    from mentor.lab.ddp import launch
+
+    want = {name: dim_zero_sum(torch.stack([torch.tensor(r0, dtype=dtype), torch.tensor(r1, dtype=dtype)]))
+            for name, (dtype, r0, r1) in STATES.items()}
+    # the cases of the issue, by hand
+    assert want["int32"].tolist() == [2**31, -12] and want["uint8"].tolist() == [400, 262]
+    assert want["bool"].tolist() == [2, 1] and want["int16"].tolist() == [60000, -32763]
+    assert want["int64"].tolist() == [2**54 + 3, 2**61 + 2]
+    assert {want[n].dtype for n in ("int32", "int16", "uint8", "bool", "int64")} == {torch.int64}
+    assert (want["float32"].dtype, want["float64"].tolist()) == (torch.float32, [0.30000000000000004, 1e300])
+    results = launch(dtype_sums_on_two_ranks, 2, backend="gloo", timeout=120)
+    assert [r.error for r in results] == [None, None]
+    for r in results:
+        for case, names in CASES.items():
+            got = r.value[case]
+            expected = {name: (str(want[name].dtype), want[name].tolist()) for name in names}
+            one_all_reduce = {"collective: all_reduce": 1}
+            assert got["flat"] == {"states": expected, "collectives": one_all_reduce, "unsynced": True}, (r.rank, case)
+            if "int16" in names:  # gloo has no int16: torchmetrics' own sync cannot run here, the flat one can
+                assert got["plain"] == {"error": "RuntimeError: Invalid scalar type"}, (r.rank, case)
+            else:  # the reference above is what torchmetrics' own sync gives
+                assert got["plain"]["states"] == expected, (r.rank, case)

@@ -9,9 +9,10 @@ interpreter.
 Each subprocess imports torch (seconds), so the inner tests share sessions: a module-scoped fixture
 writes one folder of inner tests per outer test and runs all of them in one inner session (SHARED),
 reading each folder's outcomes from the ``-rA`` summary and what pytest reported about its tests
-(every phase's failure or error text, captured output) from a JUnit XML report. Two outer tests check
-the session's own terminal summary, which counts the watched tests of the whole session; each keeps a
-session of its own (ALONE). The three sessions run at the same time.
+(every phase's failure or error text, captured output) from a JUnit XML report. The outer tests that
+check the session's own terminal summary, which counts the watched tests of the whole session, or its
+command line (``-p mentor.pytest_plugin`` beside the installed entry point) read a session of their own
+(ALONE). The four sessions run at the same time.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import torch
 
-from marks import gpu
+from marks import NO_CUDA, gpu
 from mentor.pytest_plugin import SyncCheck, allow_syncs
 
 pytest_plugins = ["pytester"]  # the @gpu test's inner session
@@ -120,6 +122,20 @@ def test_first(group):
 def test_second(group):
     assert dist.all_reduce is real_all_reduce
 """,
+    # a real torch.cuda.synchronize(): without a CUDA device torch's call raises (the outer test runs there only)
+    "cuda_call_without_cuda": """
+import pytest, torch
+from mentor.pytest_plugin import allow_syncs
+
+@pytest.mark.no_syncs
+def test_synchronize():
+    torch.cuda.synchronize()
+
+@pytest.mark.no_syncs
+def test_synchronize_allowed():
+    with allow_syncs("a deliberate wait"):
+        torch.cuda.synchronize()
+""",
 }
 
 # Inner tests that each need a session of their own: the outer test reads the session's terminal summary.
@@ -139,7 +155,21 @@ from conftest import chatty_step
 def test_step(group):
     chatty_step(torch.ones(2))
 """,
+    # run with -p mentor.pytest_plugin, beside the entry point that registers the plugin as "mentor"
+    "named_twice": """
+import pytest, torch
+from conftest import clean_step
+
+@pytest.mark.no_syncs
+def test_passes(group):
+    assert clean_step(torch.ones(2)).tolist() == [2.0, 2.0]
+
+def test_raises(no_syncs, group):
+    clean_step(torch.ones(2))
+    raise KeyError("the body raised")
+""",
 }
+ALONE_ARGS = {"named_twice": ("-p", "mentor.pytest_plugin")}
 
 _OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (?:\[(\d+)\] )?(\S+)")
 _KEYS = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors", "SKIPPED": "skipped", "XFAIL": "xfailed",
@@ -211,7 +241,7 @@ def inner(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         folder = tmp_path_factory.mktemp(name)
         _write(folder / "conftest.py", HELPERS)
         _write(folder / "test_x.py", source)
-        runs[name] = _start(folder)
+        runs[name] = _start(folder, *ALONE_ARGS.get(name, ()))
     began, results = time.monotonic(), {}
     for name, (process, out, err) in runs.items():
         ret = process.wait(timeout=600)
@@ -287,6 +317,108 @@ def test_a_failing_test_reports_its_own_error_first(inner: dict) -> None:
 def test_the_guard_is_gone_after_the_test(inner: dict) -> None:
     """The wrappers are removed when the watched test ends: a later unmarked test's collective runs unwatched."""
     assert inner["shared"].outcomes("guard_gone") == _outcomes(passed=2)
+
+
+@pytest.mark.subprocess
+def test_naming_the_plugin_with_p_beside_its_entry_point_loads_it_once(inner: dict) -> None:
+    """`-p mentor.pytest_plugin` registered the module under its own name before pytest loaded the entry point
+    `mentor`, the same module, and pluggy refused it: "Plugin already registered under a different name"."""
+    assert any(point.name == "mentor" for point in metadata.entry_points(group="pytest11"))  # else nothing to test
+    result = inner["named_twice"]
+    assert "already registered" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["mentor no_syncs: 2 test(s) ran without a CUDA device*"])
+
+
+@pytest.mark.parametrize("entry_point_first", [False, True], ids=["module name first", "entry point first"])
+def test_the_module_name_and_the_entry_point_name_register_the_plugin_once(entry_point_first: bool) -> None:
+    """In a plugin manager of its own, as pytest loads plugins: by the entry point's name (autoload, or `-p mentor`)
+    and by the module's (`-p mentor.pytest_plugin` before autoload; a conftest's pytest_plugins or PYTEST_PLUGINS
+    after it). The second way found the module registered under the other name and stopped pytest."""
+    from mentor import pytest_plugin
+
+    manager = pytest.PytestPluginManager()
+
+    def by_module() -> None:  # what -p mentor.pytest_plugin, pytest_plugins and PYTEST_PLUGINS call
+        manager.import_plugin("mentor.pytest_plugin", consider_entry_points=True)
+
+    def by_entry_point() -> None:  # pytest's autoload, restricted to this entry point
+        manager.load_setuptools_entrypoints("pytest11", name="mentor")
+
+    for load in ((by_entry_point, by_module) if entry_point_first else (by_module, by_entry_point)):
+        load()
+    first, second = ("mentor", "mentor.pytest_plugin") if entry_point_first else ("mentor.pytest_plugin", "mentor")
+    assert manager.get_plugin(first) is pytest_plugin
+    assert repr(manager.get_plugin(second)) == f"<mentor.pytest_plugin, registered as {first!r}>"
+    assert [name for name, plugin in manager.list_name_plugin() if plugin is pytest_plugin] == [first]
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not NO_CUDA, reason="torch.cuda.synchronize() raises only where torch sees no CUDA device")
+def test_a_cuda_call_without_cuda_fails_with_the_checks_message_and_line(inner: dict) -> None:
+    """The watched call is recorded, then torch's raises for want of a device: the test fails with the check's
+    message naming the call's line, not torch's driver error (which an excused call still raises)."""
+    try:
+        torch.cuda.synchronize()
+        torch_error = ""
+    except Exception as err:  # noqa: BLE001 - what torch says here: no driver, or no CUDA build
+        torch_error = str(err)
+    shared = inner["shared"]
+    assert shared.outcomes("cuda_call_without_cuda") == _outcomes(failed=2)
+    reported = shared.reported("cuda_call_without_cuda")
+    reported.fnmatch_lines([
+        "*test_x.py::test_synchronize: 1 synchronizing call under the no_syncs check:",
+        "*1x  *test_x.py:6  in test_synchronize()  <- *test_x.py:6  [[]torch.cuda.synchronize[]]",
+        "Remove the sync, or excuse it with `with mentor.pytest_plugin.allow_syncs(\"why\"):`.",
+        "Without a CUDA device torch cannot make the torch.cuda.synchronize call at *test_x.py:6: it raised there "
+        "and ended the test.",
+    ])
+    text = {case.get("name"): " ".join((part.get("message") or "") + (part.text or "") for part in case)
+            for case in shared.junit.iter("testcase")
+            if case.get("classname", "").startswith("cuda_call_without_cuda.")}
+    assert torch_error and torch_error not in text["test_synchronize"]
+    assert torch_error in text["test_synchronize_allowed"] and "no_syncs check" not in text["test_synchronize_allowed"]
+
+
+def test_a_watched_test_whose_body_raises_is_counted_in_the_summary() -> None:
+    """The hook added the test to the summary's count after its body: a body that raised was left out."""
+    from types import SimpleNamespace
+
+    from mentor import pytest_plugin
+
+    item = SimpleNamespace(nodeid="t.py::test_raises", stash=pytest.Stash(), fixturenames=("no_syncs",),
+                           config=SimpleNamespace(stash=pytest.Stash()), get_closest_marker=lambda name: None)
+    hook = pytest_plugin.pytest_runtest_call(item)  # the wrapper, driven as pluggy drives it
+    next(hook)
+    with pytest.raises(KeyError, match=r"^'the body raised'$"):
+        hook.throw(KeyError("the body raised"))
+    assert item.config.stash.get(pytest_plugin._WITHOUT_CUDA, []) == (["t.py::test_raises"] if NO_CUDA else [])
+
+
+def test_stopped_by_names_the_cuda_call_that_raised_for_want_of_a_device() -> None:
+    from mentor.syncs import SyncReport, SyncSite
+
+    site = SyncSite("/home/me/train.py", 12, "step", (("/home/me/train.py", 12, "step"),), "torch.cuda.synchronize")
+    collective = SyncSite("/home/me/train.py", 14, "step", (("/home/me/train.py", 14, "step"),),
+                          "collective: all_reduce")
+    error, other = RuntimeError("Found no NVIDIA driver on your system."), RuntimeError("Found no NVIDIA driver")
+    check = SyncCheck("t.py::test_step", report=SyncReport([site, collective]))
+    check._failed(0, "torch.cuda.synchronize", error)
+    check._failed(1, "collective: all_reduce", other)
+    assert check.stopped_by(error) == (
+        "t.py::test_step: 2 synchronizing calls under the no_syncs check:\n"
+        "  1x  /home/me/train.py:12  in step()  <- /home/me/train.py:12  [torch.cuda.synchronize]\n"
+        "  1x  /home/me/train.py:14  in step()  <- /home/me/train.py:14  [collective: all_reduce]\n"
+        "Remove the sync, or excuse it with `with mentor.pytest_plugin.allow_syncs(\"why\"):`.\n"
+        "Without a CUDA device torch cannot make the torch.cuda.synchronize call at /home/me/train.py:12: it raised "
+        "there and ended the test.")
+    assert check.stopped_by(RuntimeError("Found no NVIDIA driver on your system.")) == ""  # another error object
+    assert check.stopped_by(other) == ""  # a collective's error is the test's own: collectives run without CUDA
+    check.excused[0] = "allowed: a deliberate wait"
+    assert check.stopped_by(error) == ""  # excused: torch's error is the test's own
+    check.excused.clear()
+    check.cuda = True
+    assert check.stopped_by(error) == ""  # with CUDA the call does not raise for want of one
 
 
 def test_allow_syncs_outside_a_check_does_nothing_and_needs_a_reason() -> None:

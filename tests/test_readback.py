@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exact import whole
 from marks import gpu
 from mentor import readback
 from mentor.readback import DeferredReadback, Reading
@@ -252,6 +253,63 @@ def test_a_reading_is_converted_once_and_kept(fake_gpu: FakeGPU) -> None:
     rb.push({"loss": torch.tensor(1.5)}, step=1)  # still in flight
     assert rb.latest() is first and rb.latest() is first
     assert fake_gpu.buffers[0].reads == 1
+
+
+def test_a_reading_owns_its_values_and_they_cannot_be_edited() -> None:
+    """latest() returns the same Reading until a newer push arrives: an edit of its values showed in later calls."""
+    rb = DeferredReadback()
+    rb.push({"loss": torch.tensor(0.5)}, step=3)
+    reading = rb.latest()
+    with pytest.raises(TypeError, match=whole("'mappingproxy' object does not support item assignment")):
+        reading.values["loss"] = 9.0  # type: ignore[index]
+    with pytest.raises(AttributeError, match=r"^'mappingproxy' object has no attribute 'clear'$"):
+        reading.values.clear()  # type: ignore[attr-defined]
+    assert rb.latest().values == {"loss": 0.5} and rb.wait().values == {"loss": 0.5}
+    # a Reading made by hand copies the mapping it is given
+    source = {"loss": 0.25}
+    made = Reading(4, source)
+    source["loss"] = 1.0
+    assert made.values == {"loss": 0.25}
+    assert repr(made) == "Reading(step=4, values={'loss': 0.25})"
+    copy = pickle.loads(pickle.dumps(made))
+    assert copy == made and type(copy.values).__name__ == "mappingproxy"
+
+
+def test_a_deferred_reading_owns_its_values_too(fake_gpu: FakeGPU) -> None:
+    rb = DeferredReadback(slots=2)
+    rb.push({"loss": torch.tensor(0.5)}, step=0)
+    fake_gpu.events[0].done = True
+    fake_gpu.buffers[0].land()
+    with pytest.raises(TypeError, match=whole("'mappingproxy' object does not support item assignment")):
+        rb.latest().values["loss"] = 9.0  # type: ignore[index]
+    assert rb.latest() == Reading(0, {"loss": 0.5})
+
+
+@pytest.mark.parametrize("step", [1.5, True, -1, "3", torch.tensor(3)], ids=repr)
+def test_a_bad_step_is_refused_by_name(step: object) -> None:
+    tensor = isinstance(step, torch.Tensor)
+    hint = " (reading a tensor's value is a sync: pass the loop's own counter)" if tensor else ""
+    message = ("push's step must be a whole number >= 0, such as the loop's step=i, or None for the number of earlier "
+               f"pushes, not {step!r}{hint}.")
+    rb = DeferredReadback()
+    with pytest.raises(ValueError, match=whole(message)):
+        rb.push({"loss": torch.tensor(0.5)}, step=step)  # type: ignore[arg-type]
+    assert rb.latest() is None
+    rb.push({"loss": torch.tensor(0.5)}, step=0)  # 0 is a step; a refused push was not counted
+    rb.push({"loss": torch.tensor(0.75)})
+    assert rb.latest() == Reading(1, {"loss": 0.75})
+
+
+@gpu
+def test_a_cuda_reading_owns_its_values():
+    rb = DeferredReadback()
+    rb.push({"loss": torch.tensor(0.5, device="cuda")}, step=0)
+    reading = rb.wait()
+    with pytest.raises(TypeError, match=whole("'mappingproxy' object does not support item assignment")):
+        reading.values["loss"] = 9.0
+    rb.push({"loss": torch.tensor(1.5, device="cuda")}, step=1)
+    assert rb.wait() == Reading(1, {"loss": 1.5}) and rb.latest().values == {"loss": 1.5}
+    assert reading == Reading(0, {"loss": 0.5})
 
 
 @gpu

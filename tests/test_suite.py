@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, MulticlassPrecision, MulticlassRecall
 
+from exact import whole
 from marks import gpu
 from mentor.lab.ddp import launch
 from mentor.suite import AVERAGES, SCORES, FusedMetrics, scores
@@ -197,6 +198,133 @@ def test_two_gloo_ranks_equal_one_process_over_all_the_data():
     for loss, preds, target in steps[0::2]:
         alone.update(loss, preds, target)
     assert alone.compute()["loss"].item() != pytest.approx(want["loss"][0])
+
+
+# A call that raises leaves the metric as it was (forward), or unsynced (compute under DDP).
+
+# losses that are exact binary fractions, so that a sum over ranks equals one process's sum whatever its order
+GOOD = [(torch.tensor(0.5), torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2])),
+        (torch.tensor(0.25), torch.tensor([[2.0, 0.5, 0.0], [0.0, 0.5, 3.0]]), torch.tensor([0, 2]))]
+BAD = (torch.tensor(1.0), torch.tensor([0, 7]), torch.tensor([0, 1]))  # prediction 7 of 3 classes
+FORWARD_FLAGS = ("_update_count", "_computed", "_forward_cache", "_to_sync", "_should_unsync", "_enable_grad",
+                 "compute_on_cpu", "_is_synced", "_cache")
+
+
+def flags(metric) -> dict[str, object]:
+    """torchmetrics' bookkeeping of ``metric``: plain values as they are, objects (cached results) by identity."""
+    return {name: value if isinstance(value, (bool, int)) else ("object", id(value))
+            for name in FORWARD_FLAGS for value in [getattr(metric, name)]}
+
+
+def values_of(suite) -> dict[str, list[float]]:
+    return {key: value.reshape(-1).tolist() for key, value in suite.compute().items()}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"dist_sync_on_step": True}, {"compute_on_cpu": True}],
+                         ids=["reduce path", "full-state path", "compute_on_cpu"])
+@pytest.mark.parametrize("bad, error, message", [
+    (BAD, ValueError, "1 prediction(s) or target(s) outside 0..2 reached FusedMetrics since its last reset and were "
+                      "left out of the counts; fix the labels, or pass ignore_index=<the padding label> (now None) "
+                      "to skip them."),
+    ((torch.tensor(1.0), torch.zeros(2, 4), torch.tensor([0, 1])), ValueError,
+     "logits must have shape (N, num_classes) = (2, 3), got (2, 4)."),
+], ids=["invalid label", "bad shape"])
+def test_a_forward_that_raises_leaves_the_states_and_flags_as_they_were(kwargs, bad, error, message):
+    """torchmetrics' forward resets the metric before it updates and computes the batch alone; it raised there and
+    kept only the failed batch, with _to_sync left at dist_sync_on_step (False: the next compute would not sync)."""
+    reference = FusedMetrics(3, per_class=True, **kwargs)
+    suite = FusedMetrics(3, per_class=True, **kwargs)
+    for batch in GOOD:
+        reference.update(*batch)
+        suite.update(*batch)
+    states = {name: getattr(suite, name).clone() for name in suite._defaults}
+    before = flags(suite)
+    with pytest.raises(error, match=whole(message)):
+        suite(*bad)
+    assert flags(suite) == before
+    assert {name: getattr(suite, name).tolist() for name in states} == {n: t.tolist() for n, t in states.items()}
+    got = values_of(suite)  # computed from the states: the two good batches' values, exactly
+    assert got == values_of(reference)
+    # tp = [2, 1, 2], fp = [0, 0, 1], fn = [0, 1, 0]: 5 of 6 right
+    assert (got["loss"], got["accuracy_micro"], got["recall_per_class"]) == (
+        [0.375], [float(torch.tensor(5 / 6, dtype=torch.float32))], [1.0, 0.5, 1.0])
+    # the value cached by that compute() is kept too
+    first = suite._computed
+    with pytest.raises(error):
+        suite(*bad)
+    assert suite.compute() is first
+    # and a later forward adds its batch as usual
+    batch_values = suite(*GOOD[0])
+    assert batch_values["loss"].item() == 0.5 and suite._update_count == 3 and suite.loss_sum.item() == 1.25
+
+
+def calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
+    """Worker: (1) rank 0's forward raises for an invalid label, then both ranks compute; (2) rank 0 updates with
+    an invalid label, both ranks compute (both raise), update again and compute, then reset and compute."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    # a gather that the other rank never joins fails after 20 s instead of gloo's 30 minutes
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
+    out: dict[str, object] = {}
+
+    def attempt(key: str, fn) -> object:
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - reported to the parent, which checks the exact error
+            out[key] = f"{type(err).__name__}: {err}"
+            return None
+
+    suite = FusedMetrics(3, per_class=True, process_group=group)
+    for batch in GOOD[rank::2]:
+        suite.update(*batch)
+    if rank == 0:
+        attempt("forward", lambda: suite(*BAD))
+    out["flags after forward"] = {k: v for k, v in flags(suite).items() if not isinstance(v, tuple)}
+    out["after forward"] = attempt("compute after forward", lambda: values_of(suite))
+
+    suite = FusedMetrics(3, per_class=True, process_group=group)
+    suite.update(*GOOD[rank])
+    if rank == 0:
+        suite.update(*BAD)
+    local = {name: getattr(suite, name).clone() for name in suite._defaults}
+    attempt("compute", suite.compute)
+    out["synced after the error"] = suite._is_synced
+    out["local states kept"] = all(torch.equal(getattr(suite, n), t) for n, t in local.items())
+    suite.update(*GOOD[rank])
+    attempt("next compute", suite.compute)
+    suite.reset()
+    suite.update(*GOOD[rank])
+    out["after reset"] = attempt("compute after reset", lambda: values_of(suite))
+    return out
+
+
+def test_on_two_gloo_ranks_calls_that_raise_leave_the_ranks_in_step():
+    """(1) After rank 0's failed forward, both ranks' compute() gathers: the global values of the good batches, on
+    both. (2) compute() syncs before it reads the invalid-label count, so the count is global and both ranks raise
+    (neither waits for the other); each is then unsynced with its own states, so the next compute() syncs again and
+    raises the same error (torchmetrics left them synced: "already been synced"); after reset() it computes."""
+    single = FusedMetrics(3, per_class=True)
+    for batch in GOOD:
+        single.update(*batch)
+    want = values_of(single)
+    invalid = ("ValueError: 1 prediction(s) or target(s) outside 0..2 reached FusedMetrics since its last reset and "
+               "were left out of the counts; fix the labels, or pass ignore_index=<the padding label> (now None) to "
+               "skip them.")
+    results = launch(calls_that_raise_on_two_ranks, 2, backend="gloo", timeout=120)
+    assert [r.error for r in results] == [None, None]
+    for r in results:
+        got = r.value
+        assert got.get("forward") == (invalid if r.rank == 0 else None), r.rank
+        assert got["flags after forward"] == {"_update_count": 1, "_to_sync": True, "_should_unsync": True,
+                                              "_enable_grad": False, "compute_on_cpu": False, "_is_synced": False}
+        assert "compute after forward" not in got, (r.rank, got.get("compute after forward"))
+        assert got["after forward"] == want, r.rank
+        assert (got["compute"], got["synced after the error"], got["local states kept"]) == (invalid, False, True)
+        assert got["next compute"] == invalid, r.rank
+        assert "compute after reset" not in got, (r.rank, got.get("compute after reset"))
+        assert got["after reset"] == want, r.rank
 
 
 def test_traces_into_one_graph_without_a_break():

@@ -453,6 +453,101 @@ def test_scatter_keeps_the_states_of_torchmetrics(average):
         assert (fast.tp.tolist(), fast.fp.tolist(), fast.fn.tolist(), fast.tn.tolist()) == ([3], [2], [2], [13])
 
 
+# A call that raises leaves the metric as it was (forward), or unsynced (compute under DDP).
+
+GOOD_LABELS = [(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2])),
+               (torch.tensor([[2.0, 0.5, 0.0], [0.0, 0.5, 3.0]]), torch.tensor([0, 2]))]
+BAD_LABELS = (torch.tensor([0, 7]), torch.tensor([0, 1]))  # prediction 7 of 3 classes
+INVALID = ("1 prediction(s) or target(s) outside 0..2 reached ScatterMulticlassPrecision since its last reset and "
+           "were left out of the counts; fix the labels, or pass ignore_index=<the padding label> (now None) to skip "
+           "them.")
+
+
+def scatter_precision(**kwargs):
+    return scatter_stat_scores(MulticlassPrecision)(num_classes=3, average="macro", validate_args=False, **kwargs)
+
+
+def test_scatter_forward_that_raises_leaves_the_metric_as_it_was():
+    """torchmetrics' forward resets the metric before it updates and computes the batch alone: it raised there and
+    kept only the failed batch, with _to_sync False (the next compute would not sync under DDP)."""
+    fast = scatter_precision()
+    for batch in GOOD_LABELS:
+        fast.update(*batch)
+    states = {name: getattr(fast, name).tolist() for name in fast._defaults}
+    before = {name: getattr(fast, name) for name in ("_update_count", "_to_sync", "_should_unsync", "_enable_grad",
+                                                     "compute_on_cpu", "_is_synced")}
+    with pytest.raises(ValueError, match=whole(INVALID)):
+        fast(*BAD_LABELS)
+    assert {name: getattr(fast, name) for name in before} == before
+    assert {name: getattr(fast, name).tolist() for name in states} == states
+    # class 0: 2 of 2 predictions right, class 1: 1 of 1, class 2: 2 of 3
+    assert fast.compute().item() == float(torch.tensor((1 + 1 + 2 / 3) / 3, dtype=torch.float32))
+
+
+def scatter_calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
+    """Worker: (1) rank 0's forward raises for an invalid label, then both ranks compute; (2) rank 0 updates with
+    an invalid label, both ranks compute (both raise), update again and compute, then reset and compute."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    # a gather that the other rank never joins fails after 20 s instead of gloo's 30 minutes
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
+    out: dict[str, object] = {}
+
+    def attempt(key: str, fn) -> object:
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - reported to the parent, which checks the exact error
+            out[key] = f"{type(err).__name__}: {err}"
+            return None
+
+    fast = scatter_precision(process_group=group)
+    fast.update(*GOOD_LABELS[rank])
+    if rank == 0:
+        attempt("forward", lambda: fast(*BAD_LABELS))
+    out["after forward"] = attempt("compute after forward", lambda: fast.compute().item())
+
+    fast = scatter_precision(process_group=group)
+    fast.update(*GOOD_LABELS[rank])
+    if rank == 0:
+        fast.update(*BAD_LABELS)
+    local = {name: getattr(fast, name).clone() for name in fast._defaults}
+    attempt("compute", fast.compute)
+    out["synced after the error"] = fast._is_synced
+    out["local states kept"] = all(torch.equal(getattr(fast, n), t) for n, t in local.items())
+    fast.update(*GOOD_LABELS[rank])
+    attempt("next compute", fast.compute)
+    fast.reset()
+    fast.update(*GOOD_LABELS[rank])
+    out["after reset"] = attempt("compute after reset", lambda: fast.compute().item())
+    return out
+
+
+def test_scatter_calls_that_raise_on_two_gloo_ranks_leave_the_ranks_in_step():
+    """As FusedMetrics (tests/test_suite.py): compute() syncs before it reads the invalid-label count, so both ranks
+    raise together; each is then unsynced with its own states (torchmetrics left it synced, and the next compute
+    failed with "already been synced"). After rank 0's failed forward both ranks gather the good batches' values."""
+    from mentor.lab.ddp import launch
+
+    plain = MulticlassPrecision(num_classes=3, average="macro")
+    for batch in GOOD_LABELS:
+        plain.update(*batch)
+    want = plain.compute().item()
+    results = launch(scatter_calls_that_raise_on_two_ranks, 2, backend="gloo", timeout=120)
+    assert [r.error for r in results] == [None, None]
+    for r in results:
+        got = r.value
+        assert got.get("forward") == (f"ValueError: {INVALID}" if r.rank == 0 else None), r.rank
+        assert "compute after forward" not in got, (r.rank, got.get("compute after forward"))
+        assert got["after forward"] == want, r.rank
+        assert (got["compute"], got["synced after the error"], got["local states kept"]) == (
+            f"ValueError: {INVALID}", False, True)
+        assert got["next compute"] == f"ValueError: {INVALID}", r.rank
+        assert "compute after reset" not in got, (r.rank, got.get("compute after reset"))
+        assert got["after reset"] == want, r.rank
+
+
 @pytest.mark.parametrize("bad", [MeanMetric, Accuracy, int, MulticlassPrecision(num_classes=3), None])
 def test_scatter_stat_scores_rejects_other_classes(bad):
     with pytest.raises(TypeError, match=r"multiclass stat-score metric class such as .*MulticlassPrecision"):

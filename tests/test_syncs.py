@@ -325,7 +325,7 @@ def test_interceptor_reports_a_pageable_copy(originals, monkeypatch, strict):
     report = SyncReport()
     dst = torch.zeros(2)
     if strict:
-        with pytest.raises(SyncError, match=rf"pageable non_blocking copy at tests/test_syncs.py:\d+ "):
+        with pytest.raises(SyncError, match=r"pageable non_blocking copy at tests/test_syncs.py:\d+ "):
             with _intercept(report, strict=True):
                 dst.copy_(torch.ones(2), non_blocking=True)
         assert torch.equal(dst, torch.zeros(2))  # not copied

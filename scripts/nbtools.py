@@ -4,8 +4,9 @@
     python scripts/nbtools.py smoke [-j N] [NB ...]  # execute copies with MENTOR_PROFILE=smoke; the repo is untouched
     python scripts/nbtools.py gpu-run [NB ...]  # execute in place with MENTOR_PROFILE=full and store provenance
     python scripts/nbtools.py check [NB ...]    # fail if a notebook's stored GPU run is not current
-    python scripts/nbtools.py waive NB --reason "needs two GPUs; none available"
+    python scripts/nbtools.py waive NB --reason "needs two GPUs; none available" [--rename OLD=NEW ...]
                                                 # accept the mentor change since NB's stored run, for a reason
+                                                # (--rename: a module that moved, imported under its new name)
 
 Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/intro.ipynb, then
 book/reproducibility.ipynb, last.

@@ -94,3 +94,27 @@ def smoke_runs(request: pytest.FixtureRequest) -> dict:
     record = {Path(k): v for k, v in json.loads(run["out"].read_text()).items()}
     return {nb: (run["before"][nb], nbtools.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
                  else record[nb]["seconds"]) for nb in run["before"]}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """The toy ResNet-18 on the CPU with 10 classes, shared by a test file's tests that only train it."""
+    from mentor.lab.train import build_setup
+
+    return build_setup(num_classes=10)
+
+
+@pytest.fixture
+def batches():
+    """Endless batches of two 32-pixel images with labels of 10 classes, on the CPU."""
+    from mentor.lab.data import device_batches
+
+    return device_batches(2, 32, 10)
+
+
+@pytest.fixture
+def loss():
+    """A CUDA loss of one step (for the tests marked @gpu)."""
+    import torch
+
+    return torch.rand((), device="cuda") + 1.0

@@ -13,6 +13,7 @@ from mentor.lab.comparison import Comparison
 from mentor.lab.data import device_batches
 from mentor.lab.env import get_profile
 from mentor.lab.stats import Result
+from fakes import FlushRecorder
 
 CUDA = torch.device("cuda")
 
@@ -41,18 +42,6 @@ def cuda_profile():
     return get_profile("smoke").with_(device=CUDA)
 
 
-class FlushRecorder:
-    """A stdout that records what is written and when it is flushed."""
-
-    def __init__(self):
-        self.events = []
-
-    def write(self, text):
-        self.events.append(text)
-        return len(text)
-
-    def flush(self):
-        self.events.append("<flush>")
 
 
 def fake_run(monkeypatch, profile=None):

@@ -17,6 +17,7 @@ import torch
 
 import mentor.lab.compare as lab_compare
 from exact import whole
+from fakes import FlushRecorder
 from marks import gpu
 from mentor.lab.compare import at_each_point, compare, record_point, report_positions, sweep
 from mentor.lab.comparison import Comparison
@@ -29,14 +30,6 @@ from mentor.lab.train import build_setup
 CUDA = torch.device("cuda")
 
 
-@pytest.fixture(scope="module")
-def setup():
-    return build_setup(num_classes=10)
-
-
-@pytest.fixture
-def batches():
-    return device_batches(2, 32, 10)
 
 
 def recording_config(name, log):
@@ -162,18 +155,6 @@ def test_compare_prints_one_short_line_per_round(setup, batches, capsys):
         assert re.fullmatch(r"round \d/3: 3 runs in \d+\.\d s", line), line
 
 
-class FlushRecorder:
-    """A stdout that records what is written and when it is flushed."""
-
-    def __init__(self):
-        self.events = []
-
-    def write(self, text):
-        self.events.append(text)
-        return len(text)
-
-    def flush(self):
-        self.events.append("<flush>")
 
 
 def test_compare_prints_each_round_s_wall_time_and_flushes(setup, batches, monkeypatch):

@@ -8,22 +8,11 @@ import numpy as np
 import pytest
 
 from exact import whole
+from fakes import BASE, scaled, two_rounds
 from mentor.lab.comparison import Comparison, load_sweep, save_sweep, sweep_table
 from mentor.lab.stats import Result
 
 
-@pytest.fixture(scope="module")
-def setup():
-    from mentor.lab.train import build_setup
-
-    return build_setup(num_classes=10)
-
-
-@pytest.fixture
-def batches():
-    from mentor.lab.data import device_batches
-
-    return device_batches(2, 32, 10)
 
 
 def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
@@ -32,18 +21,6 @@ def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=No
 
 def comparison(*results, batch_size=4, seed=0):
     return Comparison(list(results), baseline=results[0].name, batch_size=batch_size, settings={"seed": seed})
-
-
-BASE = [[10.0, 11.0, 9.5, 10.2], [12.0, 12.5, 11.8, 12.1], [9.0, 9.4, 9.1, 8.8], [10.5, 10.0, 10.9, 10.4],
-        [11.1, 11.3, 10.7, 11.0]]
-
-
-def scaled(rounds, factors):
-    return [[t * f for t in steps] for steps, f in zip(rounds, factors)]
-
-
-def two_rounds(name, a, b):
-    return Result(name, "", [[a], [b]])
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -28,18 +28,6 @@ from mentor.lab.metric_sets import ARTICLE_SETS, METRIC_SETS
 CUDA = torch.device("cuda")
 
 
-@pytest.fixture(scope="module")
-def setup():
-    from mentor.lab.train import build_setup
-
-    return build_setup(num_classes=10)
-
-
-@pytest.fixture
-def batches():
-    from mentor.lab.data import device_batches
-
-    return device_batches(2, 32, 10)
 
 
 def cuda_profile():

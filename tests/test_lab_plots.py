@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from exact import whole
+from fakes import BASE, scaled, two_rounds
 from mentor.lab.comparison import Comparison
 from mentor.lab.plots import plot_drift, plot_scalars, plot_sweep, plot_timeline
 from mentor.lab.stats import Result
@@ -35,18 +36,6 @@ def close_figures():
 
 def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
     return Result(name, f"{name} config", [list(r) for r in rounds], list(report_steps), syncs, report_syncs, note)
-
-
-BASE = [[10.0, 11.0, 9.5, 10.2], [12.0, 12.5, 11.8, 12.1], [9.0, 9.4, 9.1, 8.8], [10.5, 10.0, 10.9, 10.4],
-        [11.1, 11.3, 10.7, 11.0]]
-
-
-def scaled(rounds, factors):
-    return [[t * f for t in steps] for steps, f in zip(rounds, factors)]
-
-
-def two_rounds(name, a, b):
-    return Result(name, "", [[a], [b]])
 
 
 def table_comparison():

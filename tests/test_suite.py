@@ -21,6 +21,7 @@ from marks import gpu
 from mentor.lab.ddp import launch
 from mentor.suite import AVERAGES, SCORES, FusedMetrics, scores
 from mentor.syncs import count_syncs
+from ranks import Attempts, short_gloo_group
 
 TORCHMETRICS = {"accuracy": MulticlassAccuracy, "precision": MulticlassPrecision, "recall": MulticlassRecall,
                 "f1": MulticlassF1Score}
@@ -261,20 +262,8 @@ def test_a_forward_that_raises_leaves_the_states_and_flags_as_they_were(kwargs, 
 def calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
     """Worker: (1) rank 0's forward raises for an invalid label, then both ranks compute; (2) rank 0 updates with
     an invalid label, both ranks compute (both raise), update again and compute, then reset and compute."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    # a gather that the other rank never joins fails after 20 s instead of gloo's 30 minutes
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
-    out: dict[str, object] = {}
-
-    def attempt(key: str, fn) -> object:
-        try:
-            return fn()
-        except Exception as err:  # noqa: BLE001 - reported to the parent, which checks the exact error
-            out[key] = f"{type(err).__name__}: {err}"
-            return None
+    group = short_gloo_group()  # a gather that the other rank never joins fails after 20 s, not 30 minutes
+    out = attempt = Attempts()  # the errors of the calls that raise, under their keys, beside the other results
 
     suite = FusedMetrics(3, per_class=True, process_group=group)
     for batch in GOOD[rank::2]:

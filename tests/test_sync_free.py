@@ -22,9 +22,10 @@ from torchmetrics.classification import (
 
 import mentor.sync_free
 from exact import whole
-from marks import gpu
+from marks import gpu, warm
 from mentor.sync_free import host_scalar, multiclass_counts, scatter_stat_scores, suppress_nan_check
 from mentor.syncs import count_syncs
+from ranks import Attempts, short_gloo_group
 
 
 AGGREGATORS = [MeanMetric, SumMetric, MaxMetric, MinMetric]
@@ -487,20 +488,8 @@ def test_scatter_forward_that_raises_leaves_the_metric_as_it_was():
 def scatter_calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
     """Worker: (1) rank 0's forward raises for an invalid label, then both ranks compute; (2) rank 0 updates with
     an invalid label, both ranks compute (both raise), update again and compute, then reset and compute."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    # a gather that the other rank never joins fails after 20 s instead of gloo's 30 minutes
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=20))
-    out: dict[str, object] = {}
-
-    def attempt(key: str, fn) -> object:
-        try:
-            return fn()
-        except Exception as err:  # noqa: BLE001 - reported to the parent, which checks the exact error
-            out[key] = f"{type(err).__name__}: {err}"
-            return None
+    group = short_gloo_group()  # a gather that the other rank never joins fails after 20 s, not 30 minutes
+    out = attempt = Attempts()  # the errors of the calls that raise, under their keys, beside the other results
 
     fast = scatter_precision(process_group=group)
     fast.update(*GOOD_LABELS[rank])
@@ -668,16 +657,6 @@ def test_host_scalar_rejects_several_numbers():
 # on a CUDA device: the syncs that the variants and host_scalar save
 
 
-@pytest.fixture
-def loss():
-    return torch.rand((), device="cuda") + 1.0
-
-
-def warm(metric, *args, **kwargs):
-    """First update allocates and moves state; count from the second."""
-    metric.update(*args, **kwargs)
-    torch.cuda.synchronize()
-    return metric
 
 
 @gpu

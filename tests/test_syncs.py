@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torchmetrics import MeanMetric
 
 import mentor.syncs as syncs
-from marks import gpu
+from marks import gpu, warm
 from mentor.lab.ddp import single_rank_group
 from mentor.syncs import (
     COLLECTIVES,
@@ -524,16 +524,6 @@ def test_targets_list_the_cuda_calls_and_the_accelerator_when_it_has_synchronize
 # On CUDA: exact sync counts of torchmetrics' MeanMetric, and file:line of each site
 
 
-@pytest.fixture
-def loss():
-    return torch.rand((), device="cuda") + 1.0
-
-
-def warm(metric, *args, **kwargs):
-    """First update allocates and moves state; count from the second."""
-    metric.update(*args, **kwargs)
-    torch.cuda.synchronize()
-    return metric
 
 
 @gpu

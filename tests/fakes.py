@@ -1,5 +1,9 @@
-"""Data and stand-ins shared by several test files: five rounds of step times, and a stdout that records flushes."""
+"""Data and stand-ins shared by several test files: five rounds of step times, results and a comparison made of them,
+the run orders compare documents, and a stdout that records flushes."""
 
+import random
+
+from mentor.lab.comparison import Comparison
 from mentor.lab.stats import Result
 
 BASE = [[10.0, 11.0, 9.5, 10.2], [12.0, 12.5, 11.8, 12.1], [9.0, 9.4, 9.1, 8.8], [10.5, 10.0, 10.9, 10.4],
@@ -29,3 +33,30 @@ class FlushRecorder:
 
     def flush(self):
         self.events.append("<flush>")
+
+
+def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
+    """A Result whose description is ``"<name> config"``."""
+    return Result(name, f"{name} config", [list(r) for r in rounds], list(report_steps), syncs, report_syncs, note)
+
+
+def table_comparison():
+    """Four configurations over BASE: syncs counted, a long name, a report step, and both sync notes."""
+    long = "a configuration with a rather long name indeed"
+    return Comparison([
+        result("no metrics", BASE, note="n/a (CPU)"),
+        result("naive", scaled(BASE, [1.31, 1.33, 1.30, 1.32, 1.35]), report_steps=[3], syncs=3, report_syncs=5),
+        result(long, scaled(BASE, [1.0, 1.01, 0.99, 1.0, 0.98]), syncs=0.5, note=None),
+        result("not counted one", scaled(BASE, [0.93, 0.95, 0.92, 0.94, 0.93]), note="not counted"),
+    ], baseline="no metrics", batch_size=128, settings={"seed": 0})
+
+
+def expected_orders(names, rounds, seed):
+    """The orders compare documents: ``order = list(configs); random.Random(seed).shuffle(order)`` each round."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders

@@ -2,7 +2,6 @@
 prints and writes, and the errors it gives before any run starts."""
 
 import json
-import random
 import sys
 
 import pytest
@@ -13,7 +12,7 @@ from mentor.lab.comparison import Comparison
 from mentor.lab.data import device_batches
 from mentor.lab.env import get_profile
 from mentor.lab.stats import Result
-from fakes import FlushRecorder
+from fakes import expected_orders, FlushRecorder
 
 CUDA = torch.device("cuda")
 
@@ -26,15 +25,6 @@ def comparison(*results, batch_size=4, seed=0):
     return Comparison(list(results), baseline=results[0].name, batch_size=batch_size, settings={"seed": seed})
 
 
-def expected_orders(names, rounds, seed):
-    """The orders compare documents: ``order = list(configs); random.Random(seed).shuffle(order)`` each round."""
-    rng = random.Random(seed)
-    orders = []
-    for _ in range(rounds):
-        order = list(names)
-        rng.shuffle(order)
-        orders.append(order)
-    return orders
 
 
 def cuda_profile():

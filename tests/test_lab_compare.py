@@ -3,7 +3,6 @@ report_positions, at_each_point, sweep and record_point."""
 
 import inspect
 import itertools
-import random
 import re
 import sys
 import time
@@ -17,7 +16,7 @@ import torch
 
 import mentor.lab.compare as lab_compare
 from exact import whole
-from fakes import FlushRecorder
+from fakes import expected_orders, FlushRecorder
 from marks import gpu
 from mentor.lab.compare import at_each_point, compare, record_point, report_positions, sweep
 from mentor.lab.comparison import Comparison
@@ -46,15 +45,6 @@ def cuda_profile():
 # compare on the CPU
 
 
-def expected_orders(names, rounds, seed):
-    """The orders compare documents: ``order = list(configs); random.Random(seed).shuffle(order)`` each round."""
-    rng = random.Random(seed)
-    orders = []
-    for _ in range(rounds):
-        order = list(names)
-        rng.shuffle(order)
-        orders.append(order)
-    return orders
 
 
 def test_compare_runs_rounds_in_seeded_random_order(setup, batches):

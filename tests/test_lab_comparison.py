@@ -8,15 +8,13 @@ import numpy as np
 import pytest
 
 from exact import whole
-from fakes import BASE, scaled, two_rounds
+from fakes import BASE, result, scaled, table_comparison, two_rounds
 from mentor.lab.comparison import Comparison, load_sweep, save_sweep, sweep_table
 from mentor.lab.stats import Result
 
 
 
 
-def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
-    return Result(name, f"{name} config", [list(r) for r in rounds], list(report_steps), syncs, report_syncs, note)
 
 
 def comparison(*results, batch_size=4, seed=0):
@@ -210,14 +208,6 @@ def test_comparison_refuses_bad_values_with_the_whole_message(kwargs, error, mes
 # table, rows, facts
 
 
-def table_comparison():
-    long = "a configuration with a rather long name indeed"
-    return Comparison([
-        result("no metrics", BASE, note="n/a (CPU)"),
-        result("naive", scaled(BASE, [1.31, 1.33, 1.30, 1.32, 1.35]), report_steps=[3], syncs=3, report_syncs=5),
-        result(long, scaled(BASE, [1.0, 1.01, 0.99, 1.0, 0.98]), syncs=0.5, note=None),
-        result("not counted one", scaled(BASE, [0.93, 0.95, 0.92, 0.94, 0.93]), note="not counted"),
-    ], baseline="no metrics", batch_size=128, settings={"seed": 0})
 
 
 def test_table_layout_and_values():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exact import whole
-from fakes import BASE, scaled, two_rounds
+from fakes import table_comparison, two_rounds
 from mentor.lab.comparison import Comparison
 from mentor.lab.plots import plot_drift, plot_scalars, plot_sweep, plot_timeline
 from mentor.lab.stats import Result
@@ -34,18 +34,8 @@ def close_figures():
 # Comparison.plot and .figure (plot_comparison, comparison_figure)
 
 
-def result(name, rounds, report_steps=(), syncs=None, report_syncs=None, note=None):
-    return Result(name, f"{name} config", [list(r) for r in rounds], list(report_steps), syncs, report_syncs, note)
 
 
-def table_comparison():
-    long = "a configuration with a rather long name indeed"
-    return Comparison([
-        result("no metrics", BASE, note="n/a (CPU)"),
-        result("naive", scaled(BASE, [1.31, 1.33, 1.30, 1.32, 1.35]), report_steps=[3], syncs=3, report_syncs=5),
-        result(long, scaled(BASE, [1.0, 1.01, 0.99, 1.0, 0.98]), syncs=0.5, note=None),
-        result("not counted one", scaled(BASE, [0.93, 0.95, 0.92, 0.94, 0.93]), note="not counted"),
-    ], baseline="no metrics", batch_size=128, settings={"seed": 0})
 
 
 def test_plot(close_figures):

@@ -35,3 +35,13 @@ def test_a_second_base_of_the_same_name_is_refused_naming_both() -> None:
             "name so that both can be pickled.")):
         named_subclass(space, "My", other, {}, "another int")
     assert space["Myint"] is mine and mine.__bases__ == (int,)
+
+
+def test_the_refusal_names_the_module_of_the_base_already_made_not_of_its_parent() -> None:
+    space = {"__name__": "demo"}
+    named_subclass(space, "My", Base, {}, "a Base")  # Base's parent, object, lives in builtins; Base in this module
+    other = type("Base", (), {"__module__": "elsewhere"})
+    with pytest.raises(TypeError, match=whole(
+            f"demo.MyBase already exists for another class named Base ({__name__}); give elsewhere.Base another "
+            "name so that both can be pickled.")):
+        named_subclass(space, "My", other, {}, "another Base")

@@ -31,7 +31,8 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_sum
 from torchmetrics.utilities.distributed import gather_all_tensors
 
-_MADE: dict[type, type] = {}
+from mentor._named import named_subclass
+
 PREFIX = "FlatSync"
 
 
@@ -79,8 +80,8 @@ def _flat_sync_dist(base: type[Metric]) -> Any:
 def flat_sync(metric_cls: type[Metric]) -> type[Metric]:
     """The subclass ``FlatSync<Name>`` of a torchmetrics metric class that syncs its states in one all-reduce.
 
-    The same class always gives the same subclass, a name in this module, so that ``isinstance``
-    works and instances pickle.
+    The same class always gives the same subclass, a name in this module (made by ``mentor._named.named_subclass``),
+    so that ``isinstance`` works and instances pickle.
 
     Example:
         >>> from torchmetrics import MeanMetric
@@ -92,22 +93,11 @@ def flat_sync(metric_cls: type[Metric]) -> type[Metric]:
     if not (isinstance(metric_cls, type) and issubclass(metric_cls, Metric)):
         raise TypeError(f"flat_sync takes a torchmetrics Metric class such as MeanMetric or "
                         f"mentor.suite.FusedMetrics, not {metric_cls!r}.")
-    if metric_cls in _MADE.values():
+    if metric_cls.__module__ == __name__:  # already made here: flat_sync(flat_sync(C)) is flat_sync(C)
         return metric_cls
-    if metric_cls not in _MADE:
-        name = PREFIX + metric_cls.__name__
-        taken = globals().get(name)
-        if taken is not None:
-            raise TypeError(f"mentor.flat_sync.{name} already exists for another class named {metric_cls.__name__}; "
-                            f"give {metric_cls.__module__}.{metric_cls.__qualname__} another name so that both "
-                            "can be pickled.")
-        doc = (f"{metric_cls.__name__} whose states are synced across ranks in one all-reduce of one flat buffer "
-               "(mentor.flat_sync).")
-        cls = type(name, (metric_cls,), {"_sync_dist": _flat_sync_dist(metric_cls), "__module__": __name__,
-                                         "__qualname__": name, "__doc__": doc})
-        globals()[name] = cls
-        _MADE[metric_cls] = cls
-    return _MADE[metric_cls]
+    doc = (f"{metric_cls.__name__} whose states are synced across ranks in one all-reduce of one flat buffer "
+           "(mentor.flat_sync).")
+    return named_subclass(globals(), PREFIX, metric_cls, {"_sync_dist": _flat_sync_dist(metric_cls)}, doc)
 
 
 def __getattr__(name: str) -> type:

@@ -60,3 +60,13 @@ def expected_orders(names, rounds, seed):
         rng.shuffle(order)
         orders.append(order)
     return orders
+
+
+def two_points() -> dict:
+    """A sweep of two points: a slow one where "m" and "n" cost 10 % and 25 % (median), a fast one where "m" costs 20 %."""
+    a = Comparison([Result("none", "", [[10.0, 10.0], [10.0, 10.0]]),
+                    Result("m", "", [[11.0, 11.0], [11.0, 11.0]]),
+                    Result("n", "", [[12.0, 12.0], [13.0, 13.0]])], "none", 4)
+    b = Comparison([Result("none", "", [[5.0], [5.0]]), Result("m", "", [[6.0], [6.0]]),
+                    Result("n", "", [[5.0], [5.0]])], "none", 4)
+    return {"slow point": a, "fast": b}

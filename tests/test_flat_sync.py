@@ -169,8 +169,9 @@ def test_a_second_class_of_the_same_name_is_refused() -> None:
     with pytest.raises(TypeError) as exc:
         flat_sync(MeanMetric2)
     assert str(exc.value) == (
-        "mentor.flat_sync.FlatSyncMeanMetric already exists for another class named MeanMetric; "
-        f"give {MeanMetric2.__module__}.{MeanMetric2.__qualname__} another name so that both can be pickled.")
+        "mentor.flat_sync.FlatSyncMeanMetric already exists for another class named MeanMetric "
+        f"(torchmetrics.aggregation); give {MeanMetric2.__module__}.{MeanMetric2.__qualname__} another name so that "
+        "both can be pickled.")
     assert flat_sync(MeanMetric).__bases__ == (MeanMetric,)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from exact import whole
-from fakes import BASE, result, scaled, table_comparison, two_rounds
+from fakes import BASE, result, scaled, table_comparison, two_rounds, two_points
 from mentor.lab.comparison import Comparison, load_sweep, save_sweep, sweep_table
 from mentor.lab.stats import Result
 
@@ -438,17 +438,8 @@ def test_load_json_defaults_and_names_the_old_result(tmp_path):
 # sweeps of comparisons
 
 
-def _two_points() -> dict:
-    a = Comparison([Result("none", "", [[10.0, 10.0], [10.0, 10.0]]),
-                    Result("m", "", [[11.0, 11.0], [11.0, 11.0]]),
-                    Result("n", "", [[12.0, 12.0], [13.0, 13.0]])], "none", 4)
-    b = Comparison([Result("none", "", [[5.0], [5.0]]), Result("m", "", [[6.0], [6.0]]),
-                    Result("n", "", [[5.0], [5.0]])], "none", 4)
-    return {"slow point": a, "fast": b}
-
-
 def test_sweep_table_pins_every_cell():
-    lines = sweep_table(_two_points()).splitlines()
+    lines = sweep_table(two_points()).splitlines()
     assert lines == [
         "point           base ms  m                   n",
         "slow point        10.00  +10.0 [10.0, 10.0]  +25.0 [20.0, 30.0]",
@@ -474,7 +465,7 @@ def test_sweep_table_compares_the_kind_asked_for_and_truncates_point_names():
 
 
 def test_save_sweep_replaces_an_older_sweep_and_load_sweep_reads_it_back_in_order(tmp_path):
-    sweep = _two_points()
+    sweep = two_points()
     sweep["slow point"].settings["point"] = {"name": "slow point"}  # as sweep() records it
     (tmp_path / "07_stale.json").write_text("{}")  # a file of an older sweep: replaced
     (tmp_path / "notes.json").write_text("keep")  # not a sweep file: kept

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exact import whole
-from fakes import table_comparison, two_rounds
+from fakes import table_comparison, two_rounds, two_points
 from mentor.lab.comparison import Comparison
 from mentor.lab.plots import plot_drift, plot_scalars, plot_sweep, plot_timeline
 from mentor.lab.stats import Result
@@ -158,17 +158,8 @@ def test_plot_writes_syncs_right_of_each_counted_bar_inside_the_axes(close_figur
 # plot_sweep
 
 
-def _two_points() -> dict:
-    a = Comparison([Result("none", "", [[10.0, 10.0], [10.0, 10.0]]),
-                    Result("m", "", [[11.0, 11.0], [11.0, 11.0]]),
-                    Result("n", "", [[12.0, 12.0], [13.0, 13.0]])], "none", 4)
-    b = Comparison([Result("none", "", [[5.0], [5.0]]), Result("m", "", [[6.0], [6.0]]),
-                    Result("n", "", [[5.0], [5.0]])], "none", 4)
-    return {"slow point": a, "fast": b}
-
-
 def test_plot_sweep_draws_each_config_against_the_base_step(close_figures):
-    fig = plot_sweep(_two_points())
+    fig = plot_sweep(two_points())
     ax = fig.axes[0]
     assert [c.get_label() for c in ax.containers] == ["m", "n"]
     m, n = (c.lines[0] for c in ax.containers)

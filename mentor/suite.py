@@ -9,7 +9,11 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
+from mentor import _fused_kernel as _kernel
+
 AVERAGES = ("micro", "macro", "weighted")
+_MAX_LAUNCHERS = 64
+"""Input layouts whose launcher an instance keeps; one more clears them all."""
 SCORES = ("accuracy", "precision", "recall", "f1")
 
 
@@ -86,23 +90,102 @@ class FusedMetrics(Metric):
         self.add_state("loss_sum", torch.zeros((), dtype=torch.get_default_dtype()), dist_reduce_fx="sum")
         self.add_state("loss_count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("invalid_labels", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self._launchers: dict[tuple[Any, ...], _kernel.Launcher] = {}
+        self._replacing_reset = False
+        self._mark_static()
+
+    def _mark_static(self) -> None:
+        """Mark the states as static addresses for ``torch.compile`` (``torch._dynamo.mark_static_address``).
+
+        A CUDA graph recorded by ``mode="reduce-overhead"`` then updates the states where they are, instead of
+        copying them in and out at each replay. Unguarded (``guard=False``): a state replaced later (by
+        ``.to()``, a state-dict load or ``forward``) makes the CUDA graph re-record, as that function's
+        docstring says, with no recompile; the new tensor is marked here.
+        """
+        for name in self._defaults:
+            torch._dynamo.mark_static_address(getattr(self, name), guard=False)
+
+    def reset(self) -> None:
+        """torchmetrics' reset (the flags, the update count), with each state zeroed in place.
+
+        The states keep their memory across updates, ``compute()`` and ``reset()``, so a step compiled with
+        ``mode="reduce-overhead"`` keeps replaying its CUDA graph. Inside ``forward``, whose batch values need
+        fresh states beside the saved ones, the states are replaced, as torchmetrics does.
+        """
+        if self._replacing_reset:
+            super().reset()
+            self._mark_static()
+            return
+        kept = {name: getattr(self, name) for name in self._defaults}
+        super().reset()
+        for name, tensor in kept.items():
+            fresh = getattr(self, name)
+            if tensor.shape == fresh.shape and tensor.dtype == fresh.dtype and tensor.device == fresh.device:
+                tensor.zero_()
+                setattr(self, name, tensor)
+            else:
+                torch._dynamo.mark_static_address(fresh, guard=False)
+
+    def _apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """torchmetrics' ``_apply`` (``.to()``, ``.cuda()``, ...), then the moved states are marked static and the
+        kernel launchers, made for the old device, dropped."""
+        this = super()._apply(fn, *args, **kwargs)
+        this._launchers = {}
+        this._mark_static()
+        return this
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """torchmetrics' state-dict load, which replaces the states; the new ones are marked static and the
+        launchers dropped (the states may now be on another device)."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self._launchers = {}
+        self._mark_static()
+
+    def sync(self, *args: Any, **kwargs: Any) -> None:
+        """torchmetrics' sync (the states replaced by their sums over ranks), remembering the local state tensors."""
+        held = {name: getattr(self, name) for name in self._defaults}
+        super().sync(*args, **kwargs)
+        if self._is_synced:
+            self._held = held
+
+    def unsync(self, should_unsync: bool = True) -> None:
+        """torchmetrics' unsync, which restores the local values from copies it made at sync (metric.py:617-634),
+        copied back into the tensors the states were before the sync, so that they keep their memory."""
+        held = self.__dict__.pop("_held", None)
+        super().unsync(should_unsync)
+        if held is not None and not self._is_synced:
+            for name, tensor in held.items():
+                restored = getattr(self, name)
+                if restored is not tensor:
+                    tensor.copy_(restored)
+                    setattr(self, name, tensor)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torchmetrics' pickled state, without the kernel launchers (closures; they are rebuilt on use)."""
+        return {**super().__getstate__(), "_launchers": {}}
 
     def _wrap_update(self, update: Callable[..., None]) -> Callable[..., None]:
-        """torchmetrics' wrapper without its update counter while torch.compile traces.
+        """torchmetrics' update wrapper, cut to what this metric needs.
 
-        ``Metric._wrap_update`` adds 1 to ``self._update_count``, a Python int on a module, which
-        torch.compile treats as a constant: it guards on its value and recompiles at every step.
-        Under compilation this wrapper leaves the counter alone (``loss_count``, a state, counts
-        the steps instead); in eager mode it behaves as torchmetrics'.
+        ``Metric._wrap_update`` (torchmetrics 1.9.0 metric.py:542) clears the computed cache, adds 1 to
+        ``self._update_count``, runs the update under ``torch.set_grad_enabled(self._enable_grad)`` and moves
+        list states to the CPU when ``compute_on_cpu`` is set. This metric has no list states and its update
+        builds no autograd graph (its inputs are read, never differentiated), so only the first two remain,
+        written straight into the instance's ``__dict__`` in eager mode (``nn.Module.__setattr__`` is slow).
+        Under ``torch.compile`` the counter is left alone: it is a Python int on a module, which dynamo
+        treats as a constant, guarding on its value and recompiling at every step (``loss_count``, a
+        state, counts the steps instead).
         """
 
         @functools.wraps(update)
         def wrapped(*args: Any, **kwargs: Any) -> None:
-            self._computed = None
-            if not torch.compiler.is_compiling():
-                self._update_count += 1
-            with torch.set_grad_enabled(self._enable_grad):
-                update(*args, **kwargs)
+            if torch.compiler.is_compiling():
+                self._computed = None
+            else:
+                attributes = self.__dict__
+                attributes["_computed"] = None
+                attributes["_update_count"] += 1
+            update(*args, **kwargs)
 
         return wrapped
 
@@ -113,7 +196,12 @@ class FusedMetrics(Metric):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """torchmetrics' ``forward`` (add the batch, return the batch's own values); if it raises, the metric is left
         as it was before the call."""
-        return _forward_or_restore(self, super().forward, *args, **kwargs)
+        self._replacing_reset = True
+        try:
+            return _forward_or_restore(self, super().forward, *args, **kwargs)
+        finally:
+            self._replacing_reset = False
+            self._mark_static()
 
     @property
     def update_called(self) -> bool:
@@ -123,11 +211,55 @@ class FusedMetrics(Metric):
 
     def update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Add one step: its loss (a 0-dim tensor), its predictions (logits ``(N, C)`` or class indices ``(N,)``)
-        and its targets (class indices ``(N,)``)."""
+        and its targets (class indices ``(N,)``).
+
+        On CUDA this is one Triton kernel launch (``mentor._fused_kernel``), found in a cache keyed by the
+        inputs' shapes, strides, dtypes and devices: only a new layout runs the input checks. Under
+        ``torch.compile`` it is the custom operator ``torch.ops.mentor.fused_update``, traced without a graph
+        break. On the CPU, or without Triton, it is :meth:`_plain_update`."""
+        if torch.compiler.is_compiling():
+            self._checked_update(loss, preds, target)
+            return
+        try:
+            key = (preds.shape, preds.stride(), preds.dtype, preds.device, target.shape, target.stride(),
+                   target.dtype, target.device, loss.shape, loss.dtype, loss.device, self.tp.device)
+        except (AttributeError, TypeError):  # not tensors: the checks below say what to pass
+            key = None
+        run = self._launchers.get(key)
+        if run is None:
+            run = self._checked_update(loss, preds, target)
+            if run is not None and key is not None:
+                if len(self._launchers) >= _MAX_LAUNCHERS:
+                    self._launchers.clear()
+                self._launchers[key] = run
+            return
+        run(loss, preds, target, (self.tp, self.fp, self.fn, self.loss_sum, self.loss_count, self.invalid_labels))
+
+    def _checked_update(self, loss: torch.Tensor, preds: torch.Tensor,
+                        target: torch.Tensor) -> _kernel.Launcher | None:
+        """Check the inputs, then update by the path their device takes; the launcher used on CUDA, else None."""
         _check_inputs(loss, preds, target, self.num_classes)
         if target.device != self.tp.device:
             raise ValueError(f"FusedMetrics is on {self.tp.device} and the inputs on {target.device}; "
                              f"move it with .to({str(target.device)!r}) once, after creating it.")
+        states = (self.tp, self.fp, self.fn, self.loss_sum, self.loss_count, self.invalid_labels)
+        if not _uses_kernel(target):
+            self._plain_update(loss, preds, target)
+            return None
+        if torch.compiler.is_compiling():
+            if not _kernel.OPERATOR:
+                self._plain_update(loss, preds, target)
+                return None
+            ignore = self.ignore_index is not None
+            torch.ops.mentor.fused_update(loss.detach(), preds.detach(), target, *states, self.num_classes,
+                                          self.ignore_index if ignore else 0, ignore)
+            return None
+        run = _kernel.launcher(preds, target, self.num_classes, self.ignore_index)
+        run(loss, preds, target, states)
+        return run
+
+    def _plain_update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """The update in plain torch operations (the CPU path, and the reference the kernel equals)."""
         c = self.num_classes
         if preds.ndim == target.ndim + 1:
             preds = preds.argmax(dim=1)
@@ -217,6 +349,11 @@ def _unsync_on_error(metric: Metric, compute: Callable[..., Any]) -> Callable[..
             raise
 
     return wrapped
+
+
+def _uses_kernel(target: torch.Tensor) -> bool:
+    """Whether an update with this target runs the Triton kernel: on CUDA, with Triton importable."""
+    return target.is_cuda and _kernel.AVAILABLE
 
 
 def _check_inputs(loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> None:

@@ -231,3 +231,25 @@ def test_the_sleep_is_still_running_when_the_timed_calls_end():
     assert _time_behind_sleep(lambda: x.add_(1), 10, per_ms, 50.0) is not None
     # a call that waits for the GPU outlasts any sleep: the check must notice
     assert _time_behind_sleep(lambda: torch.cuda.synchronize(), 1, per_ms, 5.0) is None
+
+
+def test_update_cost_measures_on_one_core_and_restores_the_affinity():
+    import os
+
+    allowed = os.sched_getaffinity(0)
+    seen = []
+    cost = update_cost("affinity", lambda: seen.append(os.sched_getaffinity(0)), repeats=2, warmup=1)
+    assert cost.core == min(allowed) and seen == [{min(allowed)}] * 3
+    assert os.sched_getaffinity(0) == allowed
+
+
+def test_one_core_restores_the_affinity_when_the_body_raises():
+    import os
+
+    from mentor.lab.update_cost import one_core
+
+    allowed = os.sched_getaffinity(0)
+    with pytest.raises(KeyError), one_core() as core:
+        assert os.sched_getaffinity(0) == {core}
+        raise KeyError("x")
+    assert os.sched_getaffinity(0) == allowed

@@ -13,6 +13,10 @@
   for its own kernels only, and ``queue`` says ``"idle"``. In a training loop such a sync waits
   for the whole queued step, which costs far more; see the step-time comparisons for that.
 
+The calling thread is pinned to one CPU core (the lowest it may run on) while it measures, and its
+affinity restored after, so that every repeat runs on the same core; ``core`` records which (``None``
+where the platform has no ``os.sched_setaffinity``).
+
 Few calls are timed in a row (``launches_per_repeat`` GPU operations at most), so that the
 launch queue (about a thousand pending launches) never fills and blocks the host.
 
@@ -25,9 +29,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +67,8 @@ class UpdateCost:
     """Host microseconds per call, one value per timed repeat."""
     queue: str
     """``"full"`` (timed behind a sleep kernel), ``"idle"`` (the call syncs) or ``"n/a (CPU)"``."""
+    core: int | None = None
+    """The CPU core the measuring thread was pinned to; ``None`` where it could not be pinned."""
 
     @property
     def host_us(self) -> float:
@@ -75,6 +84,30 @@ class UpdateCost:
         rng = np.random.default_rng(0)
         medians = np.median(values[rng.integers(0, len(values), size=(4000, len(values)))], axis=1)
         return float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))
+
+
+@contextlib.contextmanager
+def one_core() -> Iterator[int | None]:
+    """Pin the calling thread to the lowest CPU core it may run on; restore its affinity on exit.
+
+    Yields the core, or ``None`` where ``os.sched_setaffinity`` does not exist (macOS, Windows).
+
+    Example:
+        >>> with one_core() as core:
+        ...     pinned = core is None or os.sched_getaffinity(0) == {core}
+        >>> pinned
+        True
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    allowed = os.sched_getaffinity(0)
+    core = min(allowed)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def _gpu_ops(fn: Callable[[], Any], calls: int) -> tuple[int, int]:
@@ -142,6 +175,12 @@ def update_cost(name: str, fn: Callable[[], Any], *, repeats: int = 21, warmup: 
         raise TypeError(f"fn must be a function of no arguments (e.g. lambda: metric.update(x)), not {fn!r}.")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}.")
+    with one_core() as core:
+        return dataclasses.replace(_measure(name, fn, repeats, warmup, count_syncs), core=core)
+
+
+def _measure(name: str, fn: Callable[[], Any], repeats: int, warmup: int, count_syncs: Callable[..., Any]) -> UpdateCost:
+    """:func:`update_cost`'s measurement, on the core it pinned."""
     for _ in range(warmup):
         fn()
     syncs = count_syncs(fn).count if torch.cuda.is_available() else 0

@@ -1,0 +1,188 @@
+"""FusedMetrics' update on CUDA as one Triton kernel launch (private; :class:`mentor.suite.FusedMetrics` uses it).
+
+One launch does the whole update of the suite's states: the argmax of each row of logits (or the class
+indices as given), the ``ignore_index`` mask, the count of out-of-range labels, the per-class true
+positives, false positives and false negatives (int64 atomic adds), and, in program 0, the loss sum and
+the update count. The values equal :meth:`FusedMetrics._plain_update`'s bit for bit: the argmax follows
+``torch.argmax`` (the first maximum; a NaN counts as the maximum, the first NaN wins), the counts are
+integers, and the loss is cast to the sum's dtype and added once, as there.
+
+``launcher`` returns a function that calls the kernel directly (Triton's own launcher, no dispatcher); ``fused_update``, the custom
+operator ``torch.ops.mentor.fused_update`` registered with ``torch.library.triton_op``, is what a
+``torch.compile``'d caller uses: dynamo traces it into the graph (no graph break) and inductor calls the
+same kernel. ``AVAILABLE`` is False where Triton cannot be imported, ``OPERATOR`` where ``triton_op`` is
+missing (torch older than 2.6); the suite then updates with plain torch operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - torch's CUDA wheels ship Triton; a CPU-only install may not
+    triton = tl = None
+
+AVAILABLE = triton is not None
+ROWS_PER_PROGRAM_INDICES = 256
+"""Rows of class-index predictions per program."""
+ELEMENTS_PER_PROGRAM = 4096
+"""Logits loaded per program and column tile (rows per program = this // the tile's columns)."""
+MAX_TILE = 2048
+"""The widest column tile; more classes than this are read in several tiles per row."""
+
+
+def tiles(num_classes: int, logits: bool) -> tuple[int, int]:
+    """``(rows per program, columns per tile)`` for ``num_classes`` classes, from the class count only.
+
+    Neither depends on the batch size, so a new batch size does not compile a new kernel.
+
+    Example:
+        >>> tiles(1000, logits=True), tiles(10, logits=True), tiles(5000, logits=True), tiles(10, logits=False)
+        ((4, 1024), (256, 16), (2, 2048), (256, 1))
+    """
+    if not logits:
+        return ROWS_PER_PROGRAM_INDICES, 1
+    cols = min(MAX_TILE, triton.next_power_of_2(num_classes) if AVAILABLE else _next_power_of_2(num_classes))
+    return max(1, min(ROWS_PER_PROGRAM_INDICES, ELEMENTS_PER_PROGRAM // cols)), cols
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def programs(rows: int, rows_per_program: int) -> int:
+    """Programs in the grid: enough for every row, and at least one, which adds the loss of an empty batch.
+
+    Example:
+        >>> programs(32, 4), programs(33, 4), programs(0, 4)
+        (8, 9, 1)
+    """
+    return max(1, -(-rows // rows_per_program))
+
+
+if AVAILABLE:
+
+    @triton.jit
+    def _update_kernel(preds, target, loss, tp, fp, fn, loss_sum, loss_count, invalid,
+                       n, num_classes, preds_row_stride, preds_col_stride, target_stride, ignore_index,
+                       LOGITS: tl.constexpr, HAS_IGNORE: tl.constexpr, WIDE: tl.constexpr,
+                       ROWS: tl.constexpr, COLS: tl.constexpr):
+        pid = tl.program_id(0)
+        rows = pid * ROWS + tl.arange(0, ROWS)
+        in_batch = rows < n
+        rows64 = rows.to(tl.int64)
+        if LOGITS:
+            best_val = tl.full([ROWS], float("-inf"), tl.float64 if WIDE else tl.float32)
+            best_idx = tl.zeros([ROWS], tl.int64)
+            found_nan = tl.zeros([ROWS], tl.int1)
+            for start in range(0, num_classes, COLS):
+                cols = start + tl.arange(0, COLS)
+                inside = in_batch[:, None] & (cols[None, :] < num_classes)
+                x = tl.load(preds + rows64[:, None] * preds_row_stride + cols[None, :].to(tl.int64) * preds_col_stride,
+                            mask=inside, other=float("-inf"))
+                x = x.to(tl.float64) if WIDE else x.to(tl.float32)  # exact for fp16 / bf16 / fp32 (fp64 stays fp64)
+                is_nan = (x != x) & inside
+                big = num_classes + COLS  # above any column index
+                first_nan = tl.min(tl.where(is_nan, cols[None, :], big), axis=1)
+                tile_nan = first_nan < big
+                plain = tl.where(is_nan, float("-inf"), x)
+                tile_max = tl.max(plain, axis=1)
+                first_max = tl.min(tl.where((plain == tile_max[:, None]) & inside, cols[None, :], big), axis=1)
+                # an earlier tile's NaN wins; else this tile's first NaN; else a strictly larger maximum
+                take_nan = tile_nan & ~found_nan
+                take_max = ~found_nan & ~tile_nan & (tile_max > best_val)
+                best_idx = tl.where(take_nan, first_nan.to(tl.int64),
+                                    tl.where(take_max, first_max.to(tl.int64), best_idx))
+                best_val = tl.where(take_max, tile_max, best_val)
+                found_nan = found_nan | tile_nan
+            pred = best_idx
+        else:
+            pred = tl.load(preds + rows64 * preds_row_stride, mask=in_batch, other=0).to(tl.int64)
+        label = tl.load(target + rows64 * target_stride, mask=in_batch, other=0).to(tl.int64)
+        in_range = (pred >= 0) & (pred < num_classes) & (label >= 0) & (label < num_classes)
+        counted = in_batch
+        if HAS_IGNORE:
+            counted = counted & (label != ignore_index)
+        keep = counted & in_range
+        hit = keep & (pred == label)
+        miss = keep & (pred != label)
+        ones = tl.full([ROWS], 1, tl.int64)
+        safe_label = tl.where(keep, label, 0)
+        safe_pred = tl.where(keep, pred, 0)
+        tl.atomic_add(tp + safe_label, ones, mask=hit)
+        tl.atomic_add(fp + safe_pred, ones, mask=miss)
+        tl.atomic_add(fn + safe_label, ones, mask=miss)
+        bad = tl.sum((counted & ~in_range).to(tl.int64), axis=0)
+        if bad > 0:
+            tl.atomic_add(invalid, bad)
+        if pid == 0:
+            total = tl.load(loss_sum)
+            tl.store(loss_sum, total + tl.load(loss).to(total.dtype))
+            tl.store(loss_count, tl.load(loss_count) + 1)
+
+
+def _arguments(preds: torch.Tensor, target: torch.Tensor, num_classes: int,
+               ignore_index: int | None) -> tuple[tuple[int, ...], dict[str, Any], int]:
+    """The kernel's integer arguments, its constexpr keywords and its grid size, for inputs laid out as these."""
+    logits = preds.ndim == 2
+    rows_per_program, cols = tiles(num_classes, logits)
+    n = target.shape[0]
+    row_stride, col_stride = (preds.stride(0), preds.stride(1)) if logits else (preds.stride(0), 0)
+    ints = (n, num_classes, row_stride, col_stride, target.stride(0), 0 if ignore_index is None else ignore_index)
+    constants = {"LOGITS": logits, "HAS_IGNORE": ignore_index is not None,
+                 "WIDE": preds.dtype == torch.float64, "ROWS": rows_per_program, "COLS": cols}
+    return ints, constants, programs(n, rows_per_program)
+
+
+Launcher = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Sequence[torch.Tensor]], None]
+
+
+def launcher(preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None) -> Launcher:
+    """A function ``run(loss, preds, target, states)`` that launches the update kernel once, for inputs with the
+    shapes, strides, dtypes and device of ``preds`` and ``target``.
+
+    ``states`` is ``(tp, fp, fn, loss_sum, loss_count, invalid_labels)``, updated in place. The grid and the
+    kernel's integer and constexpr arguments are worked out here, once per layout; each run only calls
+    Triton's launcher (``JITFunction.run``: it binds the arguments, looks the compiled kernel up in its cache
+    and launches it on the current stream). The caller has checked the inputs (:func:`mentor.suite._check_inputs`).
+
+    Example (making a launcher launches nothing; running it needs CUDA tensors):
+        >>> logits, labels = torch.randn(32, 1000), torch.randint(0, 1000, (32,))
+        >>> run = launcher(logits, labels, num_classes=1000, ignore_index=-100)
+        >>> states = [torch.zeros(1000, dtype=torch.long) for _ in range(3)] + [
+        ...     torch.zeros(()), torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long)]
+        >>> if torch.cuda.is_available():
+        ...     run(torch.tensor(0.5), logits, labels, states)  # (all on the GPU, in a real call)
+    """
+    ints, constants, grid = _arguments(preds, target, num_classes, ignore_index)
+    kernel = _update_kernel[(grid,)]
+    index = target.device.index
+
+    def run(loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor, states: Sequence[torch.Tensor]) -> None:
+        if torch.cuda.current_device() == index:
+            kernel(preds, target, loss, *states, *ints, **constants)
+        else:  # Triton launches on the current device: make it the inputs' device for this launch
+            with torch.cuda.device(index):
+                kernel(preds, target, loss, *states, *ints, **constants)
+
+    return run
+
+
+OPERATOR = AVAILABLE and hasattr(torch.library, "triton_op") and hasattr(torch.library, "wrap_triton")
+
+if OPERATOR:
+
+    @torch.library.triton_op("mentor::fused_update",
+                             mutates_args={"tp", "fp", "fn", "loss_sum", "loss_count", "invalid_labels"})
+    def fused_update(loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor, tp: torch.Tensor,
+                     fp: torch.Tensor, fn: torch.Tensor, loss_sum: torch.Tensor, loss_count: torch.Tensor,
+                     invalid_labels: torch.Tensor, num_classes: int, ignore_index: int, has_ignore: bool) -> None:
+        """The update kernel as a custom operator that ``torch.compile`` traces (see the module docstring)."""
+        ints, constants, grid = _arguments(preds, target, num_classes, ignore_index if has_ignore else None)
+        torch.library.wrap_triton(_update_kernel)[(grid,)](preds, target, loss, tp, fp, fn, loss_sum, loss_count,
+                                                            invalid_labels, *ints, **constants)

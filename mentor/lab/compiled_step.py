@@ -89,6 +89,17 @@ def launch_calls(fn: Callable[[], Any], steps: int = 5) -> float | None:
     return sum(event.name in LAUNCH_CALLS for event in prof.events()) / steps
 
 
+def _call(step: Callable[..., Any], batch: Sequence[torch.Tensor]) -> Any:
+    """``step(*batch)`` as a new iteration for CUDA graph trees (``torch.compiler.cudagraph_mark_step_begin``).
+
+    Two compiled functions called in turn share one tree of CUDA graphs; without the mark, a replay may
+    overwrite outputs of the other function that its backward pass still needs, and torch raises
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run".
+    """
+    torch.compiler.cudagraph_mark_step_begin()
+    return step(*batch)
+
+
 def step_report(with_update: Callable[..., Any], without_update: Callable[..., Any], metric: Any, reference: Any,
                 batches: Iterable[Sequence[torch.Tensor]], train: Callable[[Any], None], *, steps: int = 8,
                 warmup: int = 3) -> StepReport:
@@ -126,16 +137,16 @@ def step_report(with_update: Callable[..., Any], without_update: Callable[..., A
         if i == warmup:
             compiled_before = counters["stats"]["unique_graphs"]
         batch = batches[i % len(batches)]
-        out = with_update(*batch)
+        out = _call(with_update, batch)
         train(out)
         loss, logits = out
         reference.update(loss.detach(), logits.detach(), batch[-1])
-        train(without_update(*batch))
+        train(_call(without_update, batch))
     recompiles = counters["stats"]["unique_graphs"] - compiled_before
     equal = all(torch.equal(getattr(metric, s), getattr(reference, s)) for s in STATES)
     batch = batches[0]
-    launches_with = launch_calls(lambda: train(with_update(*batch)))
-    launches_without = launch_calls(lambda: train(without_update(*batch)))
+    launches_with = launch_calls(lambda: train(_call(with_update, batch)))
+    launches_without = launch_calls(lambda: train(_call(without_update, batch)))
     return StepReport(steps=warmup + steps, graph_breaks=sum(counters["graph_break"].values()), recompiles=recompiles,
                       cudagraph_skips=counters["inductor"]["cudagraph_skips"], launches_with=launches_with,
                       launches_without=launches_without, equal_to_eager=equal)

@@ -1,0 +1,89 @@
+"""mentor.lab.compiled_loop: the in-loop cost with the model eager or compiled, with an A/A copy of the baseline;
+pinned on the CPU with a tiny point and dynamo's eager backend (no code generated)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mentor.lab.comparison import Comparison
+from mentor.lab.compiled_loop import AA, MODES, aa_resolved, compiled_setup, cost_table, loop_costs
+from mentor.lab.configs import Config, OperatingPoint
+from mentor.lab.env import get_profile
+from mentor.lab.stats import Result
+from mentor.lab.train import build_setup
+
+TINY = OperatingPoint("tiny", 2, 32)
+PROFILE = get_profile("smoke").with_(num_classes=10)
+
+
+def test_compiled_setup_wraps_the_model_and_keeps_the_optimizer():
+    setup = build_setup(num_classes=10)
+    compiled = compiled_setup(setup, "default", backend="eager")
+    assert type(compiled.model).__name__ == "OptimizedModule" and compiled.model._orig_mod is setup.model
+    assert compiled.optimizer is setup.optimizer and compiled.autocast is setup.autocast
+    assert compiled_setup(setup, "eager") is setup
+    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'max'."):
+        compiled_setup(setup, "max")
+
+
+def test_loop_costs_adds_the_aa_copy_warms_up_and_resets_dynamo_per_pair(monkeypatch):
+    resets, calls = [], {"n": 0}
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+
+    def make():
+        def on_step(step):
+            calls["n"] += 1
+        return on_step, None
+
+    costs = loop_costs([TINY, TINY.__class__("tiny2", 2, 32)], PROFILE, [Config("none"), Config("counted", make)],
+                       modes=["eager", "default"], rounds=2, block=2, settle=0, report_every=0, warmup_rounds=1,
+                       count_syncs=False, backend="eager")
+    assert list(costs) == ["tiny", "tiny2"] and all(list(m) == ["eager", "default"] for m in costs.values())
+    assert [r.name for r in costs["tiny"]["default"].results] == ["none", AA, "counted"]
+    assert len(resets) == 4
+    assert calls["n"] == 4 * (1 + 2) * 2  # 4 pairs, (1 warm-up + 2 timed) rounds, 2 steps per block
+    assert costs["tiny"]["eager"].rounds == 2
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"configs": []}, TypeError, "configs must be a non-empty sequence of mentor.lab.configs.Config, the baseline"),
+    ({"modes": ["fast"]}, ValueError, r"modes must be a non-empty selection of \['eager', 'default', 'reduce-ove"),
+    ({"modes": []}, ValueError, "modes must be a non-empty selection"),
+    ({"warmup_rounds": -1}, ValueError, "warmup_rounds must be an int >= 0, got -1."),
+])
+def test_bad_arguments_are_refused(kwargs, error, message):
+    args = {"configs": [Config("none")], "modes": ["eager"], "warmup_rounds": 0, **kwargs}
+    with pytest.raises(error, match=message):
+        loop_costs([TINY], PROFILE, args.pop("configs"), rounds=1, **args)
+
+
+def test_an_aa_copy_given_is_not_added_twice():
+    costs = loop_costs([TINY], PROFILE, [Config("none"), Config(AA)], modes=["eager"], rounds=1, block=1, settle=0,
+                       report_every=0, warmup_rounds=0, count_syncs=False)
+    assert [r.name for r in costs["tiny"]["eager"].results] == ["none", AA]
+
+
+def _comparison(aa_rounds):
+    return Comparison([Result("none", "", [[10.0], [20.0], [15.0]]), Result(AA, "", aa_rounds),
+                       Result("suite", "", [[10.5], [21.0], [15.75]])], "none", 1)
+
+
+def test_a_missed_aa_makes_every_overhead_unresolved():
+    missed = _comparison([[11.0], [22.0], [16.5]])
+    assert aa_resolved(missed) is False
+    assert cost_table({"p": {"eager": missed}}).splitlines()[1:] == [
+        "p           eager            no metrics, again    unresolved (A/A missed 0: +10.0 % [10.0, 10.0])",
+        "p           eager            suite                unresolved"]
+    held = _comparison([[10.0], [20.0], [15.0]])
+    assert aa_resolved(held) is True
+    assert cost_table({"p": {"eager": held}}).splitlines()[2] == "p           eager            suite                +5.0 % [5.0, 5.0]"
+
+
+def test_one_round_has_no_interval_and_is_not_resolved():
+    one = Comparison([Result("none", "", [[10.0]]), Result(AA, "", [[10.0]])], "none", 1)
+    assert aa_resolved(one) is False
+
+
+def test_the_modes():
+    assert MODES == {"eager": None, "default": {}, "reduce-overhead": {"mode": "reduce-overhead"}}

@@ -87,3 +87,61 @@ def test_one_round_has_no_interval_and_is_not_resolved():
 
 def test_the_modes():
     assert MODES == {"eager": None, "default": {}, "reduce-overhead": {"mode": "reduce-overhead"}}
+
+
+def test_compiled_setup_passes_exactly_these_options(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)
+    setup = build_setup(num_classes=10)
+    compiled_setup(setup, "default", backend="eager")
+    compiled_setup(setup, "reduce-overhead")
+    assert seen == [{"dynamic": False, "backend": "eager"}, {"dynamic": False, "mode": "reduce-overhead"}]
+
+
+def test_loop_costs_defaults_and_what_it_passes_on(monkeypatch):
+    import mentor.lab.compiled_loop as cl
+
+    calls, compiled = [], []
+    monkeypatch.setattr(cl, "point_setup", lambda point, profile: (f"setup of {point.name}", "batches"))
+    monkeypatch.setattr(cl, "compiled_setup", lambda setup, mode, **options: compiled.append((setup, mode, options))
+                        or setup)
+    monkeypatch.setattr(cl, "compare_blocks", lambda configs, setup, batches, **kw: calls.append(
+        ([(c.name, c.description) for c in configs], setup, batches, kw)) or len(calls))
+    out = loop_costs([TINY], PROFILE, [Config("none")], modes=["reduce-overhead"], rounds=3, backend="eager")
+    aa = (AA, "the baseline again: an A/A comparison, whose interval must contain 0")
+    assert calls == [
+        ([("none", ""), aa], "setup of tiny", "batches",
+         {"rounds": 2, "block": 10, "settle": 2, "report_every": 50, "count_syncs": False, "seed": 0}),
+        ([("none", ""), aa], "setup of tiny", "batches",
+         {"rounds": 3, "block": 10, "settle": 2, "report_every": 50, "count_syncs": True, "seed": 0})]
+    assert compiled == [("setup of tiny", "reduce-overhead", {"backend": "eager"})]
+    assert out == {"tiny": {"reduce-overhead": 2}}
+
+
+def test_configs_and_warmup_rounds_are_checked_whole():
+    with pytest.raises(TypeError, match=r"^configs must be a non-empty sequence of mentor\.lab\.configs\.Config, the "
+                                        r"baseline first\.$"):
+        loop_costs([TINY], PROFILE, ["none"], rounds=1)
+    with pytest.raises(ValueError, match=r"^warmup_rounds must be an int >= 0, got True\.$"):
+        loop_costs([TINY], PROFILE, [Config("none")], rounds=1, warmup_rounds=True)
+
+
+def test_the_kind_of_overhead_is_passed_on():
+    """Equal median steps, but a slow step in every A/A round: resolved by the median, not by the total time."""
+    base = [[10.0, 10.0, 10.0]] * 3
+    cmp = Comparison([Result("none", "", base), Result(AA, "", [[10.0, 10.0, 40.0]] * 3),
+                      Result("suite", "", [[11.0, 11.0, 22.0]] * 3)], "none", 1)
+    assert (aa_resolved(cmp), aa_resolved(cmp, "median")) == (False, True)
+    assert cost_table({"p": {"eager": cmp}}, "median").splitlines() == [
+        "point       mode             configuration        overhead [95 % interval]",
+        "p           eager            no metrics, again    +0.0 % [0.0, 0.0]",
+        "p           eager            suite                +10.0 % [10.0, 10.0]"]
+    assert cost_table({"p": {"eager": cmp}}).splitlines()[2] == "p           eager            suite                unresolved"
+
+
+def test_the_table_shows_the_kind_it_is_asked_for():
+    base = [[10.0, 10.0, 10.0]] * 3
+    cmp = Comparison([Result("none", "", base), Result(AA, "", base),
+                      Result("suite", "", [[11.0, 11.0, 22.0]] * 3)], "none", 1)
+    assert cost_table({"p": {"eager": cmp}}).splitlines()[2] == "p           eager            suite                +46.7 % [46.7, 46.7]"
+    assert cost_table({"p": {"eager": cmp}}, "median").splitlines()[2].endswith("+10.0 % [10.0, 10.0]")

@@ -259,23 +259,11 @@ def test_on_cuda_equals_the_plain_path_and_torchmetrics(classes, n, dtype, ignor
         assert torch.equal(fused.tp, tp) and torch.equal(fused.fp, fp)
 
 
-def _launch_calls(fn, steps):
-    """CUDA runtime and driver calls that launch work (kernels, CUDA graphs) per call of ``fn``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    names = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cuGraphLaunch", "cudaLaunchKernelExC",
-             "cuLaunchKernelEx")
-    return sum(e.name in names for e in prof.events()) / steps
-
-
 @gpu
 def test_inside_a_step_compiled_with_reduce_overhead_the_update_adds_no_launch():
     from torch._dynamo.utils import counters
+
+    from mentor.lab.compiled_step import launch_calls
 
     torch._dynamo.reset()
     counters.clear()
@@ -312,8 +300,8 @@ def test_inside_a_step_compiled_with_reduce_overhead_the_update_adds_no_launch()
     for s in STATES:
         assert torch.equal(getattr(suite, s), getattr(eager, s)), s
     images, labels = batches[0]
-    assert (_launch_calls(lambda: call(inside, images, labels)[0].backward(), 5)
-            == _launch_calls(lambda: call(plain, images, labels)[0].backward(), 5))
+    assert (launch_calls(lambda: call(inside, images, labels)[0].backward())
+            == launch_calls(lambda: call(plain, images, labels)[0].backward()))
     suite.reset()  # in place: the recorded graph keeps counting into the same memory
     call(inside, images, labels)
     assert int(suite.loss_count) == 1 and counters["stats"]["unique_graphs"] == 2

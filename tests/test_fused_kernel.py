@@ -286,6 +286,9 @@ def test_inside_a_step_compiled_with_reduce_overhead_the_update_adds_no_launch()
     batches = [(torch.randn(32, 3, 4, 4, device="cuda", generator=gen),
                 torch.randint(0, 100, (32,), device="cuda", generator=gen)) for _ in range(8)]
     def call(step, images, labels):  # each call a new iteration of the CUDA graph tree both functions share
+        # the gradients too start afresh, as after optimizer.zero_grad(): accumulating into a .grad that an
+        # earlier replay wrote (a CUDA-graph output) would read memory the next replay overwrote
+        model.zero_grad(set_to_none=True)
         torch.compiler.cudagraph_mark_step_begin()
         return step(images, labels)
 

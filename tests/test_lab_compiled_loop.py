@@ -111,10 +111,16 @@ def test_loop_costs_defaults_and_what_it_passes_on(monkeypatch):
     aa = (AA, "the baseline again: an A/A comparison, whose interval must contain 0")
     assert calls == [
         ([("none", ""), aa], "setup of tiny", "batches",
-         {"rounds": 2, "block": 10, "settle": 2, "report_every": 50, "count_syncs": False, "seed": 0}),
+         {"rounds": 2, "block": 10, "settle": 2, "report_every": 8, "count_syncs": False, "seed": 0}),
         ([("none", ""), aa], "setup of tiny", "batches",
          {"rounds": 3, "block": 10, "settle": 2, "report_every": 50, "count_syncs": True, "seed": 0})]
-    assert compiled == [("setup of tiny", "reduce-overhead", {"backend": "eager"})]
+    calls.clear()
+    loop_costs([TINY], PROFILE, [Config("none")], modes=["eager"], rounds=3, report_every=0, block=6, settle=1)
+    assert [kw["report_every"] for *_, kw in calls] == [0, 0]  # no reports: none in the warm-up either
+    calls.clear()
+    loop_costs([TINY], PROFILE, [Config("none")], modes=["eager"], rounds=3, report_every=3, block=6, settle=1)
+    assert [kw["report_every"] for *_, kw in calls] == [3, 3]  # reports every 3 steps: already inside a block
+    assert compiled[0] == ("setup of tiny", "reduce-overhead", {"backend": "eager"})
     assert out == {"tiny": {"reduce-overhead": 2}}
 
 
@@ -145,3 +151,93 @@ def test_the_table_shows_the_kind_it_is_asked_for():
                       Result("suite", "", [[11.0, 11.0, 22.0]] * 3)], "none", 1)
     assert cost_table({"p": {"eager": cmp}}).splitlines()[2] == "p           eager            suite                +46.7 % [46.7, 46.7]"
     assert cost_table({"p": {"eager": cmp}}, "median").splitlines()[2].endswith("+10.0 % [10.0, 10.0]")
+
+
+# --- the suite inside the compiled step ------------------------------------------------------------------------
+
+def test_step_function_updates_the_metric_inside_with_the_step_values():
+    from mentor.lab.compiled_loop import step_function
+    from mentor.suite import FusedMetrics
+
+    setup = build_setup(num_classes=10)
+    suite, reference = FusedMetrics(10), FusedMetrics(10)
+    images, labels = torch.randn(4, 3, 32, 32), torch.tensor([1, 2, 3, 9])
+    for mode in ("eager", "default"):
+        loss = step_function(setup, suite, mode, backend="eager")(images, labels)
+        with torch.no_grad():
+            logits = setup.model(images)
+        reference.update(torch.nn.functional.cross_entropy(logits, labels), logits, labels)
+        assert loss.requires_grad and torch.allclose(loss, torch.nn.functional.cross_entropy(logits, labels))
+    for name in ("tp", "fp", "fn", "loss_count", "invalid_labels"):
+        assert torch.equal(getattr(suite, name), getattr(reference, name)), name
+    assert torch.allclose(suite.loss_sum, reference.loss_sum)
+    assert int(suite.loss_count) == 2
+    plain = step_function(setup, None, "eager")
+    assert torch.allclose(plain(images, labels), loss) and int(suite.loss_count) == 2  # no metric: untouched
+
+
+def test_step_function_runs_under_the_setup_autocast_and_compiles_as_asked(monkeypatch):
+    from mentor.lab.compiled_loop import step_function
+
+    setup = build_setup(num_classes=10, precision="bf16")
+    seen = {}
+    original = setup.model.forward
+
+    def forward(x):
+        seen["autocast"] = torch.is_autocast_enabled("cpu")
+        return original(x)
+
+    monkeypatch.setattr(setup.model, "forward", forward)
+    step_function(setup, None, "eager")(torch.randn(2, 3, 32, 32), torch.tensor([0, 1]))
+    assert seen["autocast"] is True
+    passed = {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: passed.update(kw) or fn)
+    step_function(setup, None, "reduce-overhead", backend="eager")
+    assert passed == {"dynamic": False, "mode": "reduce-overhead", "backend": "eager"}
+    step_function(setup, None, "default")
+    assert passed == {"dynamic": False, "mode": "reduce-overhead", "backend": "eager"}  # eager: not compiled again
+    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'x'."):
+        step_function(setup, None, "x")
+
+
+def test_inside_costs_times_three_configurations_and_reports_inside_timed_steps(monkeypatch):
+    from mentor.lab.compiled_loop import INSIDE, inside_costs
+    from mentor.suite import FusedMetrics
+
+    resets, computes = [], []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    original = FusedMetrics.compute
+    monkeypatch.setattr(FusedMetrics, "compute", lambda self: computes.append(int(self.loss_count)) or original(self))
+    costs = inside_costs([TINY, OperatingPoint("tiny2", 3, 32)], PROFILE, mode="default", rounds=3, block=3,
+                         settle=1, report_every=3, warmup_rounds=1, seed=5, backend="eager")
+    assert list(costs) == ["tiny", "tiny2"] and len(resets) == 2
+    cmp = costs["tiny"]
+    assert [r.name for r in cmp.results] == ["no metrics", AA, INSIDE] and cmp.baseline == "no metrics"
+    assert cmp.rounds == 3 and all(len(ms) == 2 for r in cmp.results for ms in r.round_step_ms)
+    assert cmp.batch_size == 2 and costs["tiny2"].batch_size == 3
+    # 6 timed steps per configuration: reports complete the 3rd and the 6th, at block positions 0 and 1 ...
+    assert cmp.settings["report_steps"] == {"no metrics": [], AA: [], INSIDE: [[1, 0], [2, 1]]}
+    # one untimed report after the warm-up round (its block: 3 updates, settle steps update too); then the first
+    # timed report reads 3 + 2 updates (two blocks) and the second, after its reset, 1 + 3
+    assert computes[:3] == [3, 5, 4]
+    assert cmp.settings["rounds"] == 3 and cmp.settings["mode"] == "default" and cmp.settings["hook_ms"] == {}
+    assert len(cmp.settings["orders"]) == 3 and all(sorted(o) == sorted(["no metrics", AA, INSIDE])
+                                                    for o in cmp.settings["orders"])
+    assert all(r.syncs_per_step is None and r.syncs_note == "not counted" for r in cmp.results)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "max"}, r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'max'."),
+    ({"rounds": 0}, "rounds must be an int >= 1, got 0."),
+    ({"block": True}, "block must be an int >= 1, got True."),
+    ({"settle": -1}, "settle must be an int >= 0, got -1."),
+    ({"report_every": -1}, "report_every must be an int >= 0, got -1."),
+    ({"warmup_rounds": 1.5}, "warmup_rounds must be an int >= 0, got 1.5."),
+    ({"block": 2, "settle": 2}, r"settle \(2\) must be smaller than block \(2\): a block needs a timed step."),
+])
+def test_inside_costs_refuses_bad_arguments(kwargs, message):
+    from mentor.lab.compiled_loop import inside_costs
+
+    args = {"rounds": 1, "mode": "eager", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        inside_costs([TINY], PROFILE, **args)

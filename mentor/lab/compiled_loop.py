@@ -8,11 +8,13 @@ without metrics twice, the second time as :data:`AA`: an A/A comparison, whose i
 Where it does not, the host drifted between the two copies by more than the interval admits, and every
 overhead at that point and mode is reported as unresolved (:func:`aa_resolved`), not as a result.
 
-The metric updates here run after the optimizer step, outside the compiled region, as in chapter 9's loop;
-the compiled model's backward pass is compiled too (AOTAutograd), and the optimizer step is eager. An update
-inside the compiled step is chapter 14's :mod:`mentor.lab.compiled_step`. Each (point, mode) pair builds a
-new model and resets dynamo (``torch._dynamo.reset``) first, so that no compiled code carries over; the
-compiles fall into the warm-up blocks (``warmup_rounds`` untimed rounds before the timed ones).
+In :func:`loop_costs` the metric updates run after the optimizer step, outside the compiled region, as in
+chapter 9's loop; the compiled model's backward pass is compiled too (AOTAutograd), and the optimizer step is
+eager. :func:`inside_costs` puts the suite's update *inside* the reader's compiled step instead (forward, loss
+and update in one ``torch.compile``'d function, :func:`step_function`), against the same step compiled
+without it, in the same block design. Each (point, mode) pair builds a new model and resets dynamo
+(``torch._dynamo.reset``) first, so that no compiled code carries over; the compiles fall into the warm-up
+blocks (``warmup_rounds`` untimed rounds before the timed ones).
 
 Example:
     >>> from mentor.lab.configs import Config, OperatingPoint
@@ -26,8 +28,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -35,7 +40,8 @@ import torch
 from mentor.lab.blocks import compare_blocks
 from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
-from mentor.lab.env import Profile
+from mentor.lab.env import Profile, environment_report
+from mentor.lab.stats import NOT_COUNTED, Result
 from mentor.lab.train import Setup
 
 MODES: dict[str, dict[str, Any] | None] = {
@@ -80,7 +86,8 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
     ``configs[0]`` is the baseline (the loop without metrics); :data:`AA`, a copy of it, is added after it
     unless present. Each pair gets a fresh model (:func:`mentor.lab.configs.point_setup`), compiled by
     :func:`compiled_setup`, and ``warmup_rounds`` untimed rounds of every configuration before the timed
-    ones, so that dynamo's compiles and CUDA-graph recordings are not timed. ``seed`` orders the rounds,
+    ones, so that dynamo's compiles and CUDA-graph recordings are not timed; they report once per block (when
+    ``report_every`` is not 0), so that a first, slow report is not timed either. ``seed`` orders the rounds,
     the same for every pair.
     """
     if not configs or not all(isinstance(c, Config) for c in configs):
@@ -101,12 +108,182 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
             torch._dynamo.reset()
             setup, batches = point_setup(point, profile)
             setup = compiled_setup(setup, mode, **compile_options)
-            if warmup_rounds:
+            if warmup_rounds:  # reports at least once per block here, so that their first run is not timed
                 compare_blocks(configs, setup, batches, rounds=warmup_rounds, block=block, settle=settle,
-                               report_every=report_every, count_syncs=False, seed=seed)
+                               report_every=min(report_every, block - settle), count_syncs=False, seed=seed)
             out[point.name][mode] = compare_blocks(configs, setup, batches, rounds=rounds, block=block,
                                                    settle=settle, report_every=report_every,
                                                    count_syncs=count_syncs, seed=seed)
+    return out
+
+
+INSIDE = "fused suite, inside"
+"""The name of the configuration whose compiled step updates a :class:`mentor.suite.FusedMetrics` inside it."""
+
+def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-overhead",
+                  **compile_options: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``step(images, labels) -> loss``: the forward pass and the loss (under the setup's autocast) and, when
+    ``metric`` is given, ``metric.update(loss, logits, labels)``, compiled as one function as :data:`MODES`
+    says (``"eager"``: not compiled). This is the function a reader writes around their model (chapter 14);
+    the backward pass and the optimizer step stay outside it.
+
+    Example:
+        >>> from mentor.lab.train import build_setup
+        >>> from mentor.suite import FusedMetrics
+        >>> setup, suite = build_setup(num_classes=10), FusedMetrics(10)
+        >>> step = step_function(setup, suite, "eager")
+        >>> loss = step(torch.randn(2, 3, 32, 32), torch.tensor([1, 2]))
+        >>> loss.ndim, int(suite.loss_count)
+        (0, 1)
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
+    model, criterion, dtype = setup.model, setup.criterion, setup.autocast
+    device_type = setup.device.type
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        cast = contextlib.nullcontext() if dtype is None else torch.autocast(device_type, dtype=dtype)
+        with cast:
+            logits = model(images)
+            loss = criterion(logits, labels)
+        if metric is not None:
+            metric.update(loss.detach(), logits.detach(), labels)
+        return loss
+
+    options = MODES[mode]
+    return step if options is None else torch.compile(step, dynamic=False, **options, **compile_options)
+
+
+def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable, steps: int, settle: int,
+                report: Callable[[], None] | None, report_every: int, timed: list[int]) -> list[Any]:
+    """``settle`` untimed then ``steps`` timed training steps of ``step``; the marks between them (CUDA events,
+    read by :func:`_durations_ms` at the end of the round, or ``perf_counter`` times on the CPU). ``timed[0]`` counts the configuration's timed steps across blocks, so
+    that ``report`` runs inside the timed step that completes every ``report_every`` of them."""
+    cuda = setup.device.type == "cuda"
+    memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
+    iterator = iter(batches)
+    marks: list[Any] = []
+
+    def mark() -> None:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            marks.append(event)
+        else:
+            marks.append(time.perf_counter())
+
+    for index in range(settle + steps):
+        if index == settle:
+            mark()
+        images, labels = next(iterator)
+        images = images.to(setup.device, non_blocking=True, memory_format=memory_format)
+        labels = labels.to(setup.device, non_blocking=True)
+        setup.optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.compiler.cudagraph_mark_step_begin()  # each step a new iteration of the CUDA-graph tree
+        step(images, labels).backward()
+        setup.optimizer.step()
+        if index >= settle:
+            timed[0] += 1
+            if report is not None and report_every and timed[0] % report_every == 0:
+                report()
+            mark()
+    return marks
+
+
+def _synchronize(setup: Setup) -> None:
+    if setup.device.type == "cuda":
+        torch.cuda.synchronize(setup.device)
+
+
+def _durations_ms(marks: list[Any]) -> list[float]:
+    """The time between consecutive marks, in ms (waits for the last CUDA event)."""
+    if marks and isinstance(marks[0], float):
+        return [(b - a) * 1000.0 for a, b in zip(marks, marks[1:])]
+    marks[-1].synchronize()
+    return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+
+
+def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
+                 rounds: int, block: int = 10, settle: int = 2, report_every: int = 50, warmup_rounds: int = 2,
+                 seed: int = 0, **compile_options: Any) -> dict[str, Comparison]:
+    """The cost of updating a :class:`mentor.suite.FusedMetrics` inside the compiled step: ``{point: Comparison}``.
+
+    Three configurations, in chapter 9's block design (``block`` steps per block, ``settle`` of them untimed,
+    a new random order each round, step times read once per round): ``"no metrics"``, the
+    :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
+    :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
+    read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
+    steps. Each point gets a fresh model and ``torch._dynamo.reset()``; ``warmup_rounds`` untimed rounds
+    first take the compiles and CUDA-graph recordings, followed by one untimed report (in a run on the H200
+    the first report was far slower than the later ones; timed, it would have counted as the suite's cost). Syncs are not counted (the update makes none: chapter
+    14's step report); ``settings["hook_ms"]`` is empty, as the update has no hook of its own.
+
+    Example:
+        >>> from mentor.lab.env import get_profile
+        >>> profile = get_profile("smoke").with_(num_classes=10)
+        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=2,
+        ...                      settle=1, report_every=1, warmup_rounds=0)
+        >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
+        (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
+    """
+    from mentor.suite import FusedMetrics
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
+    for label, value, low in (("rounds", rounds, 1), ("block", block, 1), ("settle", settle, 0),
+                              ("report_every", report_every, 0), ("warmup_rounds", warmup_rounds, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
+    if settle >= block:
+        raise ValueError(f"settle ({settle}) must be smaller than block ({block}): a block needs a timed step.")
+    names = ["no metrics", AA, INSIDE]
+    out: dict[str, Comparison] = {}
+    for point in points:
+        torch._dynamo.reset()
+        setup, batches = point_setup(point, profile)
+        suite = FusedMetrics(profile.num_classes).to(setup.device)
+        plain = step_function(setup, None, mode, **compile_options)
+        steps = {"no metrics": plain, AA: plain, INSIDE: step_function(setup, suite, mode, **compile_options)}
+
+        def report() -> None:
+            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+            suite.reset()
+
+        reports = {INSIDE: report}
+        rng = random.Random(seed)
+        per_round: dict[str, list[list[float]]] = {name: [] for name in names}
+        report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
+        orders: list[list[str]] = []
+        for k in range(-warmup_rounds, rounds):
+            if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
+                timed = {name: [0] for name in names}
+                if k == 0 and warmup_rounds and report_every:
+                    _synchronize(setup)
+                    report()  # the first report loads its kernels: untimed, like the compiles
+                suite.reset()
+            order = list(names)
+            rng.shuffle(order)
+            pending = []
+            for name in order:
+                before = timed[name][0]
+                marks = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
+                                    report_every, timed[name])
+                pending.append((name, marks))
+                if k >= 0 and name in reports and report_every:
+                    report_steps[name] += [[k, t - before - 1] for t in range(before + 1, timed[name][0] + 1)
+                                           if t % report_every == 0]
+            durations = [(name, _durations_ms(marks)) for name, marks in pending]  # waits for the round once
+            if k >= 0:
+                orders.append(order)
+                for name, ms in durations:
+                    per_round[name].append(ms)
+        results = [Result(name, "", per_round[name], [], None, None, NOT_COUNTED) for name in names]
+        settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle,
+                        rounds=rounds, report_every=report_every, seed=seed, orders=orders,
+                        report_steps=report_steps, hook_ms={}, mode=mode, warmup_rounds=warmup_rounds)
+        out[point.name] = Comparison(results, baseline="no metrics", batch_size=point.batch_size,
+                                     settings=settings, environment=environment_report())
     return out
 
 

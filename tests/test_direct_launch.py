@@ -101,8 +101,10 @@ def test_each_reason_to_fall_back_goes_through_triton(fake, monkeypatch, reason)
         monkeypatch.setattr(kernel.triton.knobs.runtime, "launch_enter_hook", lambda metadata: None)
     run(loss, logits, labels, states)
     assert (run.bound, run.direct) == (2, 0) and fake.compiled.calls == []
-    if reason == "device":
+    if reason == "device":  # launched on the inputs' device, with every argument
         assert _Device.entered == [0]
+        _, args, constants, _ = fake.calls[-1]
+        assert args == (logits, labels, loss, *states, 32, 1000, 1000, 1, 1, -100) and constants["COLS"] == 1024
 
 
 class _Device:

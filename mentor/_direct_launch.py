@@ -33,7 +33,8 @@ import torch
 from mentor import _fused_kernel as _kernel
 
 ALIGNMENT = 16
-"""Triton specializes a pointer argument on whether its address is divisible by this (``specialize_impl``)."""
+"""Triton specializes a pointer argument on whether its address is divisible by this (``data_ptr() % 16`` in
+``BaseBackend.get_arg_specialization``, ``triton/backends/compiler.py``)."""
 VERSIONS = ((3, 6), (3, 8))
 """The Triton releases (major, minor), inclusive, whose ``JITFunction.run`` calls ``CompiledKernel.run`` as
 this module does."""

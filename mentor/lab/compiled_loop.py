@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -42,7 +41,7 @@ from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
 from mentor.lab.stats import NOT_COUNTED, Result
-from mentor.lab.train import Setup
+from mentor.lab.train import Setup, _StepClock
 
 MODES: dict[str, dict[str, Any] | None] = {
     "eager": None,
@@ -155,26 +154,17 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
 
 
 def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable, steps: int, settle: int,
-                report: Callable[[], None] | None, report_every: int, timed: list[int]) -> list[Any]:
-    """``settle`` untimed then ``steps`` timed training steps of ``step``; the marks between them (CUDA events,
-    read by :func:`_durations_ms` at the end of the round, or ``perf_counter`` times on the CPU). ``timed[0]`` counts the configuration's timed steps across blocks, so
+                report: Callable[[], None] | None, report_every: int, timed: list[int]) -> _StepClock:
+    """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
+    (CUDA events, read with ``durations_ms()`` at the end of the round). ``timed[0]`` counts the configuration's timed steps across blocks, so
     that ``report`` runs inside the timed step that completes every ``report_every`` of them."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
-    marks: list[Any] = []
-
-    def mark() -> None:
-        if cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            marks.append(event)
-        else:
-            marks.append(time.perf_counter())
-
+    clock = _StepClock(setup.device)
     for index in range(settle + steps):
         if index == settle:
-            mark()
+            clock.mark()
         images, labels = next(iterator)
         images = images.to(setup.device, non_blocking=True, memory_format=memory_format)
         labels = labels.to(setup.device, non_blocking=True)
@@ -187,21 +177,13 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setu
             timed[0] += 1
             if report is not None and report_every and timed[0] % report_every == 0:
                 report()
-            mark()
-    return marks
+            clock.mark()
+    return clock
 
 
 def _synchronize(setup: Setup) -> None:
     if setup.device.type == "cuda":
         torch.cuda.synchronize(setup.device)
-
-
-def _durations_ms(marks: list[Any]) -> list[float]:
-    """The time between consecutive marks, in ms (waits for the last CUDA event)."""
-    if marks and isinstance(marks[0], float):
-        return [(b - a) * 1000.0 for a, b in zip(marks, marks[1:])]
-    marks[-1].synchronize()
-    return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
 
 
 def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
@@ -267,13 +249,13 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
             pending = []
             for name in order:
                 before = timed[name][0]
-                marks = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
+                clock = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
                                     report_every, timed[name])
-                pending.append((name, marks))
+                pending.append((name, clock))
                 if k >= 0 and name in reports and report_every:
                     report_steps[name] += [[k, t - before - 1] for t in range(before + 1, timed[name][0] + 1)
                                            if t % report_every == 0]
-            durations = [(name, _durations_ms(marks)) for name, marks in pending]  # waits for the round once
+            durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
             if k >= 0:
                 orders.append(order)
                 for name, ms in durations:

@@ -10,8 +10,9 @@
 # (the wheels of .whl/install.sh) and mentor installed in editable mode; it writes logs to $WORK/res.
 # Every call waits up to $WAIT seconds (default 540), then prints the tail of each log and packs into
 # $OUT/results.tgz every file under book/ and $WORK/res that changed since the job started, finished or not.
-# A call that finds no job on the machine (a fresh machine: the earlier one was given back) says so
-# and exits with status 3 at once, instead of waiting for a job that is not there.
+# res/done holds the exit status of JOB's last command. A call that finds no job on the machine (a fresh
+# machine: the earlier one was given back) says so and exits with status 3 at once, instead of waiting for a
+# job that is not there.
 set -u
 WORK=${WORK:-/root/job}
 WAIT=${WAIT:-540}

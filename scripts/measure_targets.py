@@ -3,8 +3,9 @@
 Parts (``--parts``, comma-separated; each writes ``<out>/<part>.json``):
 
 - ``host``: host µs per update (:func:`mentor.lab.update_cost`'s measurement: 21 repeats of 20 calls behind a
-  GPU sleep) at batch 32 and 128, 1000 classes, for the suite as it is (each update through Triton's
-  ``JITFunction.run``), the suite with :mod:`mentor._direct_launch`, each launcher called alone, and one
+  GPU sleep) at batch 32 and 128, 1000 classes, for the suite launching each update through Triton's
+  ``JITFunction.run`` (``JitSuite``, the suite before it used :mod:`mentor._direct_launch`), the suite as it is
+  (direct launches), each launcher called alone, and one
   ``add_`` (a single torch kernel launch), each pinned to the lowest allowed core, to the highest, and
   not pinned.
 - ``warm``: in the training loop, the host time of the suite's update at each step, and of a second update
@@ -51,12 +52,14 @@ def _n(full: int, quick: int) -> int:
     return quick if QUICK else full
 
 
-class DirectSuite(FusedMetrics):
-    """FusedMetrics whose cached launchers are :class:`mentor._direct_launch.DirectLauncher` (not the suite's yet)."""
+class JitSuite(FusedMetrics):
+    """FusedMetrics whose cached launchers call ``JITFunction.run`` at every update (:func:`mentor._fused_kernel.launcher`),
+    as the suite did before it used :mod:`mentor._direct_launch`; the runs in ``book/results/issue22`` measured that
+    suite as ``FusedMetrics`` and the direct one as a subclass."""
 
     def _checked_update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> Any:
         run = super()._checked_update(loss, preds, target)
-        return None if run is None else direct.launcher(preds, target, self.num_classes, self.ignore_index)
+        return None if run is None else kernel.launcher(preds, target, self.num_classes, self.ignore_index)
 
 
 @contextlib.contextmanager
@@ -79,12 +82,11 @@ def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def host(out: Path) -> dict[str, Any]:
     from mentor.lab.update_cost import _measure
-    from mentor.syncs import count_syncs
 
     rows = []
     for n in (32, 128):
         loss, logits, labels = _batch(n)
-        suite, fast = FusedMetrics(CLASSES).cuda(), DirectSuite(CLASSES).cuda()
+        suite, fast = JitSuite(CLASSES).cuda(), FusedMetrics(CLASSES).cuda()
         states = (suite.tp, suite.fp, suite.fn, suite.loss_sum, suite.loss_count, suite.invalid_labels)
         jit_run = kernel.launcher(logits, labels, CLASSES, None)
         direct_run = direct.launcher(logits, labels, CLASSES, None)
@@ -99,7 +101,7 @@ def host(out: Path) -> dict[str, Any]:
         for where in ("min", "max", "none"):
             for name, fn in cases.items():
                 with pinned(where) as core:
-                    cost = _measure(name, fn, 21, 3, count_syncs)
+                    cost = _measure(name, fn, 21, 3)
                 rows.append({"batch": n, "pinned": where, "core": core, "name": name, "host_us": cost.host_us,
                              "interval": list(cost.host_interval), "kernels": cost.kernels, "syncs": cost.syncs,
                              "queue": cost.queue, "times_us": list(cost.repeats_us)})
@@ -118,7 +120,7 @@ def warm(out: Path) -> dict[str, Any]:
     profile = get_profile()
     rows = []
     for point in operating_points(profile):
-        for label, cls in (("JITFunction.run", FusedMetrics), ("direct launch", DirectSuite),
+        for label, cls in (("JITFunction.run", JitSuite), ("direct launch", FusedMetrics),
                            ("one torch add_", None)):
             setup, batches = point_setup(point, profile)
             if cls is None:
@@ -157,9 +159,9 @@ def eager(out: Path) -> dict[str, Any]:
 
     profile = get_profile()
 
-    def direct_config() -> Config:
+    def jit_config() -> Config:
         def make() -> Any:
-            suite = DirectSuite(profile.num_classes).to(profile.device)
+            suite = JitSuite(profile.num_classes).to(profile.device)
 
             def on_report(_: int) -> None:
                 torch.stack(list(suite.compute().values())).tolist()
@@ -167,13 +169,13 @@ def eager(out: Path) -> dict[str, Any]:
 
             return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report
 
-        return Config("fused suite, direct launch", make, "FusedMetrics with mentor._direct_launch")
+        return Config("fused suite, JITFunction.run", make, "FusedMetrics launching through JITFunction.run")
 
     summary = {}
     for point in operating_points(profile):
         setup, batches = point_setup(point, profile)
-        configs = [Config("no metrics"), Config(AA), suite_config(profile.num_classes, profile.device),
-                   direct_config()]
+        configs = [Config("no metrics"), Config(AA), jit_config(),
+                   suite_config(profile.num_classes, profile.device, name="fused suite, direct launch")]
         compare_blocks(configs, setup, batches, rounds=_n(2, 1), block=10, settle=2, report_every=50, count_syncs=False)
         cmp = compare_blocks(configs, setup, batches, rounds=_n(48, 3), block=10, settle=2, report_every=50,
                              count_syncs=False, seed=9)
@@ -245,7 +247,7 @@ def main(argv: list[str]) -> int:
         else:
             result = globals()[part](args.out)
         if part == "eager":
-            hooks = {p: v["hook_ms"]["fused suite"] for p, v in result.items()}
+            hooks = {p: v["hook_ms"]["fused suite, direct launch"] for p, v in result.items()}
         (args.out / f"{part}.json").write_text(json.dumps(result, indent=1, default=str))
         print(f"== {part}: {time.perf_counter() - start:.1f} s", flush=True)
     return 0

@@ -144,3 +144,89 @@ def test_every_waiver_is_on_its_page(built_book) -> None:
     for entry, text in waived.items():
         page = html_module.unescape((html / f"{entry}.html").read_text())
         assert text in page, f"{entry}.html does not show its waiver: {text}"
+
+
+def _repository():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("repository", REPO / "book" / "_ext" / "repository.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Config:
+    """The part of a Sphinx config that the repository extension writes: the theme's options."""
+
+    def __init__(self, options: dict) -> None:
+        self.html_theme_options = options
+
+
+def test_the_repository_button_shows_only_when_an_address_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BOOK_REPOSITORY_URL turns the theme's repository button on and points it there, normalised; unset or empty,
+    the theme's options stay exactly as _config.yml made them (button off, no address)."""
+    repository = _repository()
+    built = {"repository_url": "", "use_repository_button": False, "use_issues_button": False}
+    for unset in (None, "", "  "):
+        if unset is None:
+            monkeypatch.delenv("BOOK_REPOSITORY_URL", raising=False)
+        else:
+            monkeypatch.setenv("BOOK_REPOSITORY_URL", unset)
+        config = _Config(dict(built))
+        repository._set_repository(None, config)
+        assert config.html_theme_options == built
+    monkeypatch.setenv("BOOK_REPOSITORY_URL", " https://GitHub.com/owner/metrics-book/ ")
+    config = _Config(dict(built))
+    repository._set_repository(None, config)
+    assert config.html_theme_options == {"repository_url": "https://github.com/owner/metrics-book",
+                                         "use_repository_button": True, "use_issues_button": False}
+    assert built["use_repository_button"] is False  # the options are replaced, not edited in place
+
+
+@pytest.mark.parametrize("value", ["github.com/owner/name", "http://github.com/owner/name",
+                                   "https://example.org/owner/name", "https://github.com/owner",
+                                   "https://github.com/owner/name/tree/main", "https://github.com/owner/name?tab=1"])
+def test_a_wrong_repository_address_fails_the_build_naming_the_variable(monkeypatch: pytest.MonkeyPatch,
+                                                                         value: str) -> None:
+    from sphinx.errors import ConfigError
+
+    repository = _repository()
+    monkeypatch.setenv("BOOK_REPOSITORY_URL", value)
+    with pytest.raises(ConfigError) as raised:
+        repository._set_repository(None, _Config({}))
+    assert str(raised.value) == (
+        f"BOOK_REPOSITORY_URL={value!r} is not a repository address: pass https://HOST/OWNER/NAME with HOST one of "
+        "github.com, gitlab.com, bitbucket.org, or leave it unset for no repository link")
+
+
+def test_the_repository_address_examples_hold() -> None:
+    import doctest
+
+    result = doctest.testmod(_repository(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted == 3 and result.failed == 0
+
+
+@pytest.mark.parametrize("address", ["https://github.com/owner/metrics-book", None])
+def test_a_sphinx_build_shows_the_repository_button_exactly_when_told(tmp_path: Path, address: str | None) -> None:
+    """A one-page build with the book's theme and this extension: with BOOK_REPOSITORY_URL set, the page's header
+    links to the repository; without it, no page names a repository at all."""
+    import os
+
+    (tmp_path / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'book' / '_ext')!r})\n"
+        "extensions = ['repository']\n"
+        "html_theme = 'sphinx_book_theme'\n"
+        "html_theme_options = {'repository_url': '', 'use_repository_button': False}\n")
+    (tmp_path / "index.rst").write_text("Title\n=====\n\nText.\n")
+    env = {key: value for key, value in os.environ.items() if key != "BOOK_REPOSITORY_URL"}
+    if address is not None:
+        env["BOOK_REPOSITORY_URL"] = address
+    build = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "out")],
+                           capture_output=True, text=True, env=env)
+    assert build.returncode == 0, build.stderr[-4000:]
+    page = (tmp_path / "out" / "index.html").read_text()
+    if address is None:
+        assert "github.com/owner" not in page and "Source repository" not in page
+    else:
+        assert f'href="{address}"' in page and "Source repository" in page

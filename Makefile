@@ -8,6 +8,7 @@
 #   make mutation [MUTANTS=...]    mutation testing of mentor/ with mutmut (hours; not part of make test);
 #                                  MUTANTS="mentor.readback*" runs one module's mutants, JOBS=N sets the workers
 #   make clean                     remove _build
+# PYTHON=python3.12 make test creates .venv from that interpreter (Python 3.11 or later).
 
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -20,11 +21,17 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # PYTHON=python3 (a GPU machine whose python already has torch etc.) they use it as is.
 OLD_SITE := $(VENV)/torchmetrics-1.6.1
 PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),$(STAMP))
+# test, book and mutation always run in .venv; it is created from PYTHON when that names another interpreter
+# (PYTHON=python3.12 make test), from python3 otherwise. The pins need Python 3.11 or later.
+VENV_PYTHON := $(if $(PYTHON_DEPS),python3,$(PYTHON))
 
 .PHONY: test old-torchmetrics book gpu-run gpu-test check-notebooks mutation clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
-	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	@test -x $(VENV)/bin/python || $(VENV_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
+	  f"$(VENV_PYTHON) is Python {sys.version.split()[0]}; the pins of requirements.txt need Python 3.11 or later: " \
+	  "name one with PYTHON, e.g. PYTHON=python3.11 make $(or $(MAKECMDGOALS),test)")'
+	test -x $(VENV)/bin/python || $(VENV_PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -r requirements.txt -c constraints.txt
 	touch $@

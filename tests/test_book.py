@@ -230,3 +230,41 @@ def test_a_sphinx_build_shows_the_repository_button_exactly_when_told(tmp_path: 
         assert "github.com/owner" not in page and "Source repository" not in page
     else:
         assert f'href="{address}"' in page and "Source repository" in page
+
+
+@pytest.mark.parametrize("extension", [True, False])
+def test_the_search_index_holds_the_parts_of_underscored_names(tmp_path: Path, extension: bool) -> None:
+    """With book/_ext/search_parts.py, a page that names only ``scatter_stat_scores`` is indexed under "scatter" too
+    (stemmed as Sphinx stems it); without it, only under the whole name, which is why the search missed it."""
+    import json
+
+    (tmp_path / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'book' / '_ext')!r})\n"
+        f"extensions = {['search_parts'] if extension else []!r}\n")
+    (tmp_path / "index.rst").write_text("Title\n=====\n\n.. toctree::\n\n   other\n\nA plain scatter plot.\n")
+    (tmp_path / "other.rst").write_text("Other\n=====\n\nCount with ``scatter_stat_scores``.\n")
+    build = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "out")],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    text = (tmp_path / "out" / "searchindex.js").read_text()
+    index = json.loads(text[text.index("(") + 1:text.rindex(")")])
+
+    def pages(term: str) -> list[str]:
+        found = index["terms"].get(term, [])
+        return sorted(index["docnames"][i] for i in ([found] if isinstance(found, int) else found))
+
+    assert pages("scatter") == (["index", "other"] if extension else ["index"])
+    assert pages("scatter_stat_scor") == ["other"]
+    assert pages("stat") == (["other"] if extension else [])
+
+
+def test_the_search_part_examples_hold() -> None:
+    import doctest
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("search_parts", REPO / "book" / "_ext" / "search_parts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = doctest.testmod(module)
+    assert result.attempted == 1 and result.failed == 0

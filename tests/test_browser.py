@@ -132,20 +132,36 @@ def test_the_sidebar_toggle_opens_the_navigation(browser, site, width):
         context.close()
 
 
-def test_search_finds_a_known_word(browser, site):
-    _, base, _ = site
+def _search(browser, base: str, word: str) -> list[str]:
+    """The pages that the built book's search page lists for ``word``, as their link targets."""
     context = browser.new_context(viewport={"width": sb.DESKTOP, "height": 900})
     page = context.new_page()
     try:
-        page.goto(base + "search.html?q=torchmetrics", wait_until="load")
+        page.goto(base + f"search.html?q={word}", wait_until="load")
         results = page.locator("#search-results li")
         try:
             results.first.wait_for(state="attached", timeout=15000)
         except Exception:
-            pytest.fail("search for 'torchmetrics' listed no result" + _shot(page, "search.png"), pytrace=False)
-        assert results.count() >= 5, f"search for 'torchmetrics' listed {results.count()} results"
+            pytest.fail(f"search for {word!r} listed no result" + _shot(page, f"search-{word}.png"), pytrace=False)
+        page.wait_for_function("() => (document.querySelector('#search-results .search-summary') || {})"
+                               ".textContent?.includes('Search finished')", timeout=15000)
+        return [link.split("?")[0].split("#")[0] for link in
+                page.locator("#search-results li > a").evaluate_all("links => links.map(a => a.getAttribute('href'))")]
     finally:
         context.close()
+
+
+def test_search_finds_a_known_word(browser, site):
+    _, base, _ = site
+    found = _search(browser, base, "torchmetrics")
+    assert len(found) >= 5, f"search for 'torchmetrics' listed {found}"
+
+
+def test_search_finds_a_name_by_a_part_of_it(browser, site):
+    """"scatter" finds the chapters that name only scatter_stat_scores (book/_ext/search_parts.py)."""
+    _, base, _ = site
+    found = _search(browser, base, "scatter")
+    assert {"book/06_nan_check.html", "book/10_macro_and_collections.html"} <= set(found), found
 
 
 # --- the checks themselves, on hand-made sites ---

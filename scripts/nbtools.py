@@ -203,6 +203,23 @@ def outputs_hash(nb: NotebookNode) -> str:
     return hashlib.sha256(json.dumps(outputs, sort_keys=True).encode()).hexdigest()
 
 
+def drop_hidden_stderr(nb: NotebookNode) -> int:
+    """Remove the stderr stream outputs of code cells tagged ``remove-stderr``; returns how many were removed.
+
+    The tag hides them on the rendered page; gpu-run also leaves them out of the stored notebook, so that a
+    downloaded notebook does not carry what the page does not show (warnings that name the GPU machine's paths).
+    """
+    removed = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "remove-stderr" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        kept = [out for out in cell.get("outputs", [])
+                if not (out.get("output_type") == "stream" and out.get("name") == "stderr")]
+        removed += len(cell.get("outputs", [])) - len(kept)
+        cell.outputs = kept
+    return removed
+
+
 def forbidden(nb: NotebookNode) -> list[str]:
     """Why a notebook's run cannot be trusted: tags that skip or hide errors, %%capture or ``!`` lines."""
     problems = []
@@ -414,6 +431,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
                 raise NotebookFailed(f"{name}: " + "; ".join(problems))
             read = {other: _executed(nb_path.parent / other) for other in reads_of(nb_path)}
             seconds = execute_notebook(nb, nb_path.resolve().parent, name, env=env)
+            drop_hidden_stderr(nb)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
                 "executed": executed,

@@ -708,3 +708,34 @@ def test_unrenamed_replaces_whole_dotted_names_only() -> None:
                                    "y = amentor.lab.env")
     assert out.cells[0].source == "mentor.lab.env in prose stays"
     assert nb.cells[1].source.startswith("import mentor.lab.env as e")  # the notebook itself is left alone
+
+
+def test_gpu_run_leaves_out_the_stderr_of_cells_tagged_remove_stderr(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell tagged remove-stderr keeps its stdout and loses its stderr in the stored run; an untagged cell keeps
+    both; the stored outputs hash is that of what is stored, so check passes."""
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")
+    speak = "import sys\nprint('out')\nprint('/opt/x/site-packages/warn.py:1: Warning', file=sys.stderr)"
+    path = write_notebook(tmp_path / "a.ipynb", speak, speak)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].metadata["tags"] = ["remove-stderr"]
+    nbformat.write(nb, path)
+    nbtools.gpu_run([path])
+
+    nb = nbformat.read(path, as_version=4)
+    streams = [[(out["name"], out["text"].strip()) for out in cell.outputs] for cell in nb.cells[1:]]
+    assert streams == [[("stdout", "out")],
+                       [("stdout", "out"), ("stderr", "/opt/x/site-packages/warn.py:1: Warning")]]
+    assert nbtools.stale([path]) == []
+
+
+def test_drop_hidden_stderr_counts_what_it_removed() -> None:
+    nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output("stream", name="stderr", text="w"),
+                                                         new_output("stream", name="stderr", text="v"),
+                                                         new_output("stream", name="stdout", text="o")]),
+                             new_code_cell("y", outputs=[new_output("stream", name="stderr", text="kept")])])
+    nb.cells[0].metadata["tags"] = ["remove-stderr", "other"]
+    assert nbtools.drop_hidden_stderr(nb) == 2
+    assert [out["text"] for out in nb.cells[0].outputs] == ["o"]
+    assert [out["text"] for out in nb.cells[1].outputs] == ["kept"]
+    assert nbtools.drop_hidden_stderr(nb) == 0

@@ -268,3 +268,38 @@ def test_the_search_part_examples_hold() -> None:
     spec.loader.exec_module(module)
     result = doctest.testmod(module)
     assert result.attempted == 1 and result.failed == 0
+
+
+def test_the_run_box_examples_hold() -> None:
+    import doctest
+
+    result = doctest.testmod(_run_box(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted == 5 and result.failed == 0
+
+
+@pytest.mark.parametrize(("provenance", "shown"), [({"gpu": "NVIDIA H200", "gpu_count": 2}, "two NVIDIA H200 GPUs"),
+                                                   ({"gpu": "NVIDIA H200", "gpu_count": 1}, "one NVIDIA H200 GPU"),
+                                                   (None, None)])
+def test_a_sphinx_build_writes_the_stored_runs_gpus(tmp_path: Path, provenance: dict | None, shown: str | None) -> None:
+    """A one-page build of a notebook with myst-nb: ``{stored-run}`gpus``` shows the GPUs of the stored run's
+    metadata; a notebook without a stored GPU run fails the build (-W) with a message that says how to store one."""
+    import json
+
+    (tmp_path / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO / 'book' / '_ext')!r})\n"
+        "extensions = ['myst_nb', 'run_box']\n"
+        "nb_execution_mode = 'off'\n")
+    meta = {"executed": "2026-12-01T10:10:47+00:00"} | ({"provenance": provenance} if provenance else {})
+    cell = {"cell_type": "markdown", "metadata": {}, "source": "# Title\n\nRan on {stored-run}`gpus` on {stored-run}`date`."}
+    (tmp_path / "index.ipynb").write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
+                                                      "metadata": {"mentor": meta}}))
+    build = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "-b", "html", str(tmp_path),
+                            str(tmp_path / "out")], capture_output=True, text=True)
+    if shown is None:
+        assert build.returncode != 0
+        assert "index: the notebook has no stored GPU run" in build.stderr and "make gpu-run" in build.stderr
+    else:
+        assert build.returncode == 0, build.stderr[-4000:]
+        page = (tmp_path / "out" / "index.html").read_text()
+        assert f'<span class="stored-run">{shown}</span> on <span class="stored-run">2026-12-01</span>' in page

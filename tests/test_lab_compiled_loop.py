@@ -109,9 +109,10 @@ def test_loop_costs_defaults_and_what_it_passes_on(monkeypatch):
         ([(c.name, c.description) for c in configs], setup, batches, kw)) or len(calls))
     out = loop_costs([TINY], PROFILE, [Config("none")], modes=["reduce-overhead"], rounds=3, backend="eager")
     aa = (AA, "the baseline again: an A/A comparison, whose interval must contain 0")
+    # the warm-up reports every 7 timed steps: due before the last of a block's 8, so once in every block
     assert calls == [
         ([("none", ""), aa], "setup of tiny", "batches",
-         {"rounds": 2, "block": 10, "settle": 2, "report_every": 8, "count_syncs": False, "seed": 0}),
+         {"rounds": 2, "block": 10, "settle": 2, "report_every": 7, "count_syncs": False, "seed": 0}),
         ([("none", ""), aa], "setup of tiny", "batches",
          {"rounds": 3, "block": 10, "settle": 2, "report_every": 50, "count_syncs": True, "seed": 0})]
     calls.clear()
@@ -208,20 +209,22 @@ def test_inside_costs_times_three_configurations_and_reports_inside_timed_steps(
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     original = FusedMetrics.compute
     monkeypatch.setattr(FusedMetrics, "compute", lambda self: computes.append(int(self.loss_count)) or original(self))
-    costs = inside_costs([TINY, OperatingPoint("tiny2", 3, 32)], PROFILE, mode="default", rounds=3, block=3,
+    costs = inside_costs([TINY, OperatingPoint("tiny2", 3, 32)], PROFILE, mode="default", rounds=4, block=3,
                          settle=1, report_every=3, warmup_rounds=1, seed=5, backend="eager")
     assert list(costs) == ["tiny", "tiny2"] and len(resets) == 2
     cmp = costs["tiny"]
     assert [r.name for r in cmp.results] == ["no metrics", AA, INSIDE] and cmp.baseline == "no metrics"
-    assert cmp.rounds == 3 and all(len(ms) == 2 for r in cmp.results for ms in r.round_step_ms)
+    assert cmp.rounds == 4 and all(len(ms) == 2 for r in cmp.results for ms in r.round_step_ms)
     assert cmp.batch_size == 2 and costs["tiny2"].batch_size == 3
-    # 6 timed steps per configuration: reports complete the 3rd and the 6th, at block positions 0 and 1 ...
-    assert cmp.settings["report_steps"] == {"no metrics": [], AA: [], INSIDE: [[1, 0], [2, 1]]}
+    # 2 timed steps per block: the report due at the 3rd timed step runs there (round 1, position 0); the one due
+    # at the 6th, the last of round 2's block, waits for the next timed step (round 3, position 0), so that the
+    # step after a report is always timed
+    assert cmp.settings["report_steps"] == {"no metrics": [], AA: [], INSIDE: [[1, 0], [3, 0]]}
     # one untimed report after the warm-up round (its block: 3 updates, settle steps update too); then the first
-    # timed report reads 3 + 2 updates (two blocks) and the second, after its reset, 1 + 3
-    assert computes[:3] == [3, 5, 4]
-    assert cmp.settings["rounds"] == 3 and cmp.settings["mode"] == "default" and cmp.settings["hook_ms"] == {}
-    assert len(cmp.settings["orders"]) == 3 and all(sorted(o) == sorted(["no metrics", AA, INSIDE])
+    # timed report reads 3 + 2 updates (two blocks) and the second, after its reset, 1 + 3 + 2
+    assert computes[:3] == [3, 5, 6]
+    assert cmp.settings["rounds"] == 4 and cmp.settings["mode"] == "default" and cmp.settings["hook_ms"] == {}
+    assert len(cmp.settings["orders"]) == 4 and all(sorted(o) == sorted(["no metrics", AA, INSIDE])
                                                     for o in cmp.settings["orders"])
     assert all(r.syncs_per_step is None and r.syncs_note == "not counted" for r in cmp.results)
 
@@ -234,6 +237,8 @@ def test_inside_costs_times_three_configurations_and_reports_inside_timed_steps(
     ({"report_every": -1}, "report_every must be an int >= 0, got -1."),
     ({"warmup_rounds": 1.5}, "warmup_rounds must be an int >= 0, got 1.5."),
     ({"block": 2, "settle": 2}, r"settle \(2\) must be smaller than block \(2\): a block needs a timed step."),
+    ({"block": 3, "settle": 2, "report_every": 4}, r"block - settle is 1 timed step with report_every=4: a report "
+                                                   r"needs a timed step after it in its block"),
 ])
 def test_inside_costs_refuses_bad_arguments(kwargs, message):
     from mentor.lab.compiled_loop import inside_costs

@@ -6,8 +6,8 @@ run per configuration, pair a configuration with a baseline measured seconds apa
 round runs each configuration for a short block of steps (a few untimed ones first, to settle
 the GPU's queue after the switch), so the blocks that are compared ran within a fraction of a
 second of each other. Each configuration keeps one set of metrics for the whole comparison, as a
-training loop does, and reports every ``report_every`` timed steps inside a timed step, so the
-total time includes the reports at their real rate.
+training loop does, and reports every ``report_every`` timed steps inside a timed step that is not
+the last of its block, so the total time includes the reports at their real rate and the step after each.
 
 The result is a :class:`mentor.lab.comparison.Comparison` (a round is one block per configuration), so its
 paired bootstrap over rounds, table, figure and JSON apply unchanged.
@@ -48,13 +48,20 @@ def _int_at_least(label: str, value: Any, low: int) -> int:
 
 class _Counted:
     """One configuration's hooks for a whole comparison: counts timed steps, reports every ``every`` of them
-    inside the step, and times the host span of each timed step's hook (``host_ms``, report steps apart)."""
+    inside a timed step, and times the host span of each timed step's hook (``host_ms``, report steps apart).
 
-    def __init__(self, config: Config, every: int, warmup: int) -> None:
+    A report is due at the timed step that completes each ``every`` timed steps. It runs there unless that is the
+    last timed step of its block (``steps`` timed steps a block): the wait that a report's read leaves on the GPU
+    falls in the step after it, and after the last timed step that is an untimed settle step of the next block.
+    Such a report runs at the next block's first timed step instead; reports due together run once."""
+
+    def __init__(self, config: Config, every: int, warmup: int, steps: int) -> None:
         self.on_step, self.on_report = config.make()
         self.every = every if self.on_report is not None else 0
         self.timed = 0
+        self.due = False
         self.warmup = warmup  # the untimed steps at the start of each block
+        self.steps = steps  # the timed steps of each block
         self.host_ms: list[float] = []
         self.report_at: list[int] = []  # position of each report step within its block
 
@@ -67,9 +74,12 @@ class _Counted:
         start = time.perf_counter()
         if self.on_step is not None:
             self.on_step(step)
-        if self.every and self.timed % self.every == 0:
+        position = step.index - self.warmup
+        self.due = self.due or bool(self.every and self.timed % self.every == 0)
+        if self.due and position < self.steps - 1:
+            self.due = False
             self.on_report(self.timed)  # type: ignore[misc]
-            self.report_at.append(step.index - self.warmup)
+            self.report_at.append(position)
             return
         self.host_ms.append((time.perf_counter() - start) * 1000.0)
 
@@ -92,7 +102,9 @@ def compare_blocks(
     A block is ``block`` training steps of one configuration: ``settle`` untimed, then
     ``block - settle`` timed. Each configuration's hooks are made once and kept for every block;
     its report runs inside the timed step that completes each ``report_every`` timed steps
-    (``0``: never). The step times are read at the end of each round, after all its blocks are
+    (``0``: never), or, when that step is the last timed step of its block, inside the next block's first timed
+    step, so that the step after every report is timed too (a report's read leaves the GPU idle while the host
+    queues the next step). The step times are read at the end of each round, after all its blocks are
     queued, so the GPU's queue drains once per round, not at every switch of configuration.
     ``settings`` records ``orders``, ``report_steps`` (per configuration, ``[round, position]``
     of each report step) and ``hook_ms``: per configuration, the median host time of one
@@ -124,13 +136,17 @@ def compare_blocks(
     if settle >= block:
         raise ValueError(f"settle ({settle}) must be smaller than block ({block}): a block needs a timed step; "
                          f"e.g. block=10, settle=2.")
+    if report_every and block - settle < 2:
+        raise ValueError(f"block - settle is {block - settle} timed step with report_every={report_every}: a report "
+                         "needs a timed step after it in its block; pass a block at least settle + 2 long, "
+                         "e.g. block=10, settle=2, or report_every=0.")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int (it seeds random.Random for the run order), got {seed!r}.")
     if any(c.batches is not None for c in configs):
         raise ValueError("compare_blocks runs every configuration on the same batches; configs with their own "
                          "batches need mentor.lab.compare.compare.")
     rng = random.Random(seed)
-    hooks = {c.name: _Counted(c, report_every, settle) for c in configs}
+    hooks = {c.name: _Counted(c, report_every, settle, block - settle) for c in configs}
     per_round: dict[str, list[list[float]]] = {c.name: [] for c in configs}
     report_steps: dict[str, list[list[int]]] = {c.name: [] for c in configs}
     orders: list[list[str]] = []
@@ -181,7 +197,7 @@ def sweep_blocks(points: Sequence[OperatingPoint], profile: Profile, configs: Se
         >>> p = get_profile("smoke")
         >>> cfg = available_configs(p)
         >>> out = sweep_blocks(operating_points(p)[:1], p, [cfg["no metrics"], cfg["fused suite"]], rounds=2,
-        ...                    block=2, settle=1, progress=False)
+        ...                    block=3, settle=1, progress=False)
         >>> list(out), out["fp32 b128"].settings["point"]["batch_size"]
         (['fp32 b128'], 8)
     """

@@ -109,7 +109,8 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
             setup = compiled_setup(setup, mode, **compile_options)
             if warmup_rounds:  # reports at least once per block here, so that their first run is not timed
                 compare_blocks(configs, setup, batches, rounds=warmup_rounds, block=block, settle=settle,
-                               report_every=min(report_every, block - settle), count_syncs=False, seed=seed)
+                               report_every=min(report_every, max(1, block - settle - 1)), count_syncs=False,
+                               seed=seed)
             out[point.name][mode] = compare_blocks(configs, setup, batches, rounds=rounds, block=block,
                                                    settle=settle, report_every=report_every,
                                                    count_syncs=count_syncs, seed=seed)
@@ -153,15 +154,20 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
     return step if options is None else torch.compile(step, dynamic=False, **options, **compile_options)
 
 
-def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable, steps: int, settle: int,
-                report: Callable[[], None] | None, report_every: int, timed: list[int]) -> _StepClock:
+def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable,
+                steps: int, settle: int, report: Callable[[], None] | None, report_every: int,
+                state: dict[str, Any]) -> tuple[_StepClock, list[int]]:
     """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
-    (CUDA events, read with ``durations_ms()`` at the end of the round). ``timed[0]`` counts the configuration's timed steps across blocks, so
-    that ``report`` runs inside the timed step that completes every ``report_every`` of them."""
+    (CUDA events, read with ``durations_ms()`` at the end of the round), and the positions of the timed steps
+    that ran ``report``. ``state`` carries the configuration's count of timed steps (``"timed"``) and whether a
+    report is due (``"due"``) across blocks: a report is due at the timed step that completes every
+    ``report_every`` of them and runs there, unless that is the block's last timed step, whose following step (in
+    which the report's read leaves the GPU idle) is not timed; then it runs at the next block's first timed step."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
     clock = _StepClock(setup.device)
+    positions: list[int] = []
     for index in range(settle + steps):
         if index == settle:
             clock.mark()
@@ -174,11 +180,15 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setu
         step(images, labels).backward()
         setup.optimizer.step()
         if index >= settle:
-            timed[0] += 1
-            if report is not None and report_every and timed[0] % report_every == 0:
-                report()
+            state["timed"] += 1
+            if report is not None and report_every:
+                state["due"] = state["due"] or state["timed"] % report_every == 0
+                if state["due"] and index < settle + steps - 1:
+                    state["due"] = False
+                    report()
+                    positions.append(index - settle)
             clock.mark()
-    return clock
+    return clock, positions
 
 
 def _synchronize(setup: Setup) -> None:
@@ -196,7 +206,8 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
     :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
     :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
     read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
-    steps. Each point gets a fresh model and ``torch._dynamo.reset()``; ``warmup_rounds`` untimed rounds
+    steps (or the next block's first timed step, when that one is the last of its block: the step after a report
+    is always timed). Each point gets a fresh model and ``torch._dynamo.reset()``; ``warmup_rounds`` untimed rounds
     first take the compiles and CUDA-graph recordings, followed by one untimed report (in a run on the H200
     the first report was far slower than the later ones; timed, it would have counted as the suite's cost). Syncs are not counted (the update makes none: chapter
     14's step report); ``settings["hook_ms"]`` is empty, as the update has no hook of its own.
@@ -204,7 +215,7 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
     Example:
         >>> from mentor.lab.env import get_profile
         >>> profile = get_profile("smoke").with_(num_classes=10)
-        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=2,
+        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=3,
         ...                      settle=1, report_every=1, warmup_rounds=0)
         >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
         (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
@@ -219,6 +230,10 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
             raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
     if settle >= block:
         raise ValueError(f"settle ({settle}) must be smaller than block ({block}): a block needs a timed step.")
+    if report_every and block - settle < 2:
+        raise ValueError(f"block - settle is {block - settle} timed step with report_every={report_every}: a report "
+                         "needs a timed step after it in its block; pass a block at least settle + 2 long, "
+                         "e.g. block=10, settle=2, or report_every=0.")
     names = ["no metrics", AA, INSIDE]
     out: dict[str, Comparison] = {}
     for point in points:
@@ -239,7 +254,7 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
         orders: list[list[str]] = []
         for k in range(-warmup_rounds, rounds):
             if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
-                timed = {name: [0] for name in names}
+                state = {name: {"timed": 0, "due": False} for name in names}
                 if k == 0 and warmup_rounds and report_every:
                     _synchronize(setup)
                     report()  # the first report loads its kernels: untimed, like the compiles
@@ -248,13 +263,11 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
             rng.shuffle(order)
             pending = []
             for name in order:
-                before = timed[name][0]
-                clock = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
-                                    report_every, timed[name])
+                clock, positions = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
+                                               report_every, state[name])
                 pending.append((name, clock))
-                if k >= 0 and name in reports and report_every:
-                    report_steps[name] += [[k, t - before - 1] for t in range(before + 1, timed[name][0] + 1)
-                                           if t % report_every == 0]
+                if k >= 0:
+                    report_steps[name] += [[k, p] for p in positions]
             durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
             if k >= 0:
                 orders.append(order)

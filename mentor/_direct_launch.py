@@ -1,4 +1,4 @@
-"""The update kernel launched without Triton's per-call binding (private; not used by the suite yet).
+"""The update kernel launched without Triton's per-call binding (private; :class:`mentor.suite.FusedMetrics` uses it).
 
 :func:`mentor._fused_kernel.launcher` calls the kernel through ``JITFunction.run`` at every update. That
 call binds the 20 arguments, specializes each one (pointer alignment, integers equal to 1 or divisible by

@@ -7,11 +7,13 @@ the update count. The values equal :meth:`FusedMetrics._plain_update`'s bit for 
 ``torch.argmax`` (the first maximum; a NaN counts as the maximum, the first NaN wins), the counts are
 integers, and the loss is cast to the sum's dtype and added once, as there.
 
-``launcher`` returns a function that calls the kernel directly (Triton's own launcher, no dispatcher); ``fused_update``, the custom
-operator ``torch.ops.mentor.fused_update`` registered with ``torch.library.triton_op``, is what a
-``torch.compile``'d caller uses: dynamo traces it into the graph (no graph break) and inductor calls the
-same kernel. ``AVAILABLE`` is False where Triton cannot be imported, ``OPERATOR`` where ``triton_op`` is
-missing (torch older than 2.6); the suite then updates with plain torch operations.
+``launcher`` returns a function that launches the kernel through Triton's ``JITFunction.run``, with no
+torch dispatcher in between; the suite uses :mod:`mentor._direct_launch`'s, which skips Triton's per-call
+binding after the first launch. ``fused_update``, the custom operator ``torch.ops.mentor.fused_update``
+registered with ``torch.library.triton_op``, is what a ``torch.compile``'d caller uses: dynamo traces it into
+the graph (no graph break) and inductor calls the same kernel. ``AVAILABLE`` is False where Triton cannot be
+imported, ``OPERATOR`` where ``torch.library`` has no ``triton_op`` or ``wrap_triton``; in the first case the
+suite updates with plain torch operations, in the second it does so under ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -47,11 +49,17 @@ def tiles(num_classes: int, logits: bool) -> tuple[int, int]:
     """
     if not logits:
         return ROWS_PER_PROGRAM_INDICES, 1
-    cols = min(MAX_TILE, triton.next_power_of_2(num_classes) if AVAILABLE else _next_power_of_2(num_classes))
+    cols = min(MAX_TILE, _next_power_of_2(num_classes))
     return max(1, min(ROWS_PER_PROGRAM_INDICES, ELEMENTS_PER_PROGRAM // cols)), cols
 
 
 def _next_power_of_2(n: int) -> int:
+    """The smallest power of 2 that is at least ``n`` (1 for ``n <= 1``), as ``triton.next_power_of_2``.
+
+    Example:
+        >>> [_next_power_of_2(n) for n in (1, 2, 3, 1000, 1024, 1025)]
+        [1, 2, 4, 1024, 1024, 2048]
+    """
     return 1 << max(0, n - 1).bit_length()
 
 

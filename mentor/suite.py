@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torchmetrics import Metric
 
+from mentor import _direct_launch
 from mentor import _fused_kernel as _kernel
 
 AVERAGES = ("micro", "macro", "weighted")
@@ -21,7 +22,8 @@ class FusedMetrics(Metric):
     """Mean loss, and accuracy, precision, recall and F1 of a multiclass classifier, from one update per step.
 
     One :meth:`update` per training step adds the step's loss to a sum and counts the step's
-    true positives, false positives and false negatives per class with one ``scatter_add_``:
+    true positives, false positives and false negatives per class: on CUDA with one Triton kernel
+    launch, on the CPU with plain torch operations (one ``scatter_add_`` for the counts). Either way
     no host-device sync, no Python branch on tensor values, no shape that depends on the data.
     Out-of-range labels are counted on the device and reported by :meth:`compute`.
 
@@ -97,10 +99,14 @@ class FusedMetrics(Metric):
     def _mark_static(self) -> None:
         """Mark the states as static addresses for ``torch.compile`` (``torch._dynamo.mark_static_address``).
 
-        A CUDA graph recorded by ``mode="reduce-overhead"`` then updates the states where they are, instead of
-        copying them in and out at each replay. Unguarded (``guard=False``): a state replaced later (by
-        ``.to()``, a state-dict load or ``forward``) makes the CUDA graph re-record, as that function's
-        docstring says, with no recompile; the new tensor is marked here.
+        With ``mode="reduce-overhead"``, inductor records a graph that mutates an input as a CUDA graph only when
+        that input is static (a parameter, a buffer, or marked so) or was made by an earlier CUDA graph; for any
+        other mutated input it skips CUDA graphs for the whole graph ("skipping cudagraphs due to mutated
+        inputs", ``check_for_mutation`` in ``torch/_inductor/cudagraph_utils.py``). The update mutates every
+        state, so marking them is what lets it run inside the step's CUDA graph, which then updates them where
+        they are. Unguarded (``guard=False``): a state replaced later (by ``.to()``, a state-dict load or
+        ``forward``) makes the CUDA graph re-record, as that function's docstring says, with no recompile; the
+        new tensor is marked here.
         """
         for name in self._defaults:
             torch._dynamo.mark_static_address(getattr(self, name), guard=False)
@@ -167,11 +173,15 @@ class FusedMetrics(Metric):
     def _wrap_update(self, update: Callable[..., None]) -> Callable[..., None]:
         """torchmetrics' update wrapper, cut to what this metric needs.
 
-        ``Metric._wrap_update`` (torchmetrics 1.9.0 metric.py:542) clears the computed cache, adds 1 to
-        ``self._update_count``, runs the update under ``torch.set_grad_enabled(self._enable_grad)`` and moves
-        list states to the CPU when ``compute_on_cpu`` is set. This metric has no list states and its update
-        builds no autograd graph (its inputs are read, never differentiated), so only the first two remain,
-        written straight into the instance's ``__dict__`` in eager mode (``nn.Module.__setattr__`` is slow).
+        ``Metric._wrap_update`` (torchmetrics 1.9.0 metric.py:542-564) clears the computed cache, adds 1 to
+        ``self._update_count``, runs the update under ``torch.set_grad_enabled(self._enable_grad)``, rewraps a
+        ``RuntimeError`` about tensors on different devices with a hint to move the metric (:549-558), and moves
+        list states to the CPU when ``compute_on_cpu`` is set. This metric has no list states, its update
+        builds no autograd graph (its inputs are read, never differentiated), and its own input check refuses
+        inputs on another device than the states, with the same hint, before anything runs
+        (:meth:`_checked_update`). So only the first two remain. In eager mode they are written straight into
+        the instance's ``__dict__``, skipping ``Metric.__setattr__`` and ``nn.Module.__setattr__``, which
+        look the name up among constants, parameters, buffers and submodules first.
         Under ``torch.compile`` the counter is left alone: it is a Python int on a module, which dynamo
         treats as a constant, guarding on its value and recompiling at every step (``loss_count``, a
         state, counts the steps instead).
@@ -213,8 +223,9 @@ class FusedMetrics(Metric):
         """Add one step: its loss (a 0-dim tensor), its predictions (logits ``(N, C)`` or class indices ``(N,)``)
         and its targets (class indices ``(N,)``).
 
-        On CUDA this is one Triton kernel launch (``mentor._fused_kernel``), found in a cache keyed by the
-        inputs' shapes, strides, dtypes and devices: only a new layout runs the input checks. Under
+        On CUDA this is one Triton kernel launch (``mentor._fused_kernel``) by a launcher found in a cache keyed
+        by the inputs' shapes, strides, dtypes and devices: only a new layout runs the input checks. After its
+        first launch the launcher calls the compiled kernel directly (``mentor._direct_launch``). Under
         ``torch.compile`` it is the custom operator ``torch.ops.mentor.fused_update``, traced without a graph
         break. On the CPU, or without Triton, it is :meth:`_plain_update`."""
         if torch.compiler.is_compiling():
@@ -254,7 +265,7 @@ class FusedMetrics(Metric):
             torch.ops.mentor.fused_update(loss.detach(), preds.detach(), target, *states, self.num_classes,
                                           self.ignore_index if ignore else 0, ignore)
             return None
-        run = _kernel.launcher(preds, target, self.num_classes, self.ignore_index)
+        run = _direct_launch.launcher(preds, target, self.num_classes, self.ignore_index)
         run(loss, preds, target, states)
         return run
 

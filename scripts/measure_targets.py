@@ -3,8 +3,9 @@
 Parts (``--parts``, comma-separated; each writes ``<out>/<part>.json``):
 
 - ``host``: host µs per update (:func:`mentor.lab.update_cost`'s measurement: 21 repeats of 20 calls behind a
-  GPU sleep) at batch 32 and 128, 1000 classes, for the suite as it is (each update through Triton's
-  ``JITFunction.run``), the suite with :mod:`mentor._direct_launch`, each launcher called alone, and one
+  GPU sleep) at batch 32 and 128, 1000 classes, for the suite launching each update through Triton's
+  ``JITFunction.run`` (``JitSuite``, the suite before it used :mod:`mentor._direct_launch`), the suite as it is
+  (direct launches), each launcher called alone, and one
   ``add_`` (a single torch kernel launch), each pinned to the lowest allowed core, to the highest, and
   not pinned.
 - ``warm``: in the training loop, the host time of the suite's update at each step, and of a second update
@@ -17,6 +18,13 @@ Parts (``--parts``, comma-separated; each writes ``<out>/<part>.json``):
 - ``compiled``: the model compiled with ``reduce-overhead`` (:func:`mentor.lab.compiled_loop.loop_costs`: the
   suite and the optimized torchmetrics set updated after the step) and the suite inside the compiled step
   (:func:`mentor.lab.compiled_loop.inside_costs`), at fp32 b32 and bf16 b32 96 px.
+- ``kernel``: the GPU time of the suite's update. Alone: 200 updates queued behind a GPU sleep, timed with CUDA
+  events from the sleep's end, so that they run back to back (batch 32 and 128, fp32 and bf16 logits). In the
+  step: the step compiled with ``reduce-overhead`` with and without the update inside
+  (:func:`mentor.lab.compiled_loop.step_function`), 20 steps under ``torch.profiler`` after 10 untimed ones, at
+  fp32 b32 and bf16 b32 96 px; the GPU time of every kernel per step, by name, and the wall time of the 20 steps
+  from CUDA events. Whether the profiler sees the kernels inside a replayed CUDA graph depends on CUPTI; the
+  per-step kernel counts say whether it did.
 
 Usage (on the GPU machine): ``python scripts/measure_targets.py --out DIR --parts host,warm,eager,regimes``.
 """
@@ -51,12 +59,14 @@ def _n(full: int, quick: int) -> int:
     return quick if QUICK else full
 
 
-class DirectSuite(FusedMetrics):
-    """FusedMetrics whose cached launchers are :class:`mentor._direct_launch.DirectLauncher` (not the suite's yet)."""
+class JitSuite(FusedMetrics):
+    """FusedMetrics whose cached launchers call ``JITFunction.run`` at every update (:func:`mentor._fused_kernel.launcher`),
+    as the suite did before it used :mod:`mentor._direct_launch`; the runs in ``book/results/issue22`` measured that
+    suite as ``FusedMetrics`` and the direct one as a subclass."""
 
     def _checked_update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> Any:
         run = super()._checked_update(loss, preds, target)
-        return None if run is None else direct.launcher(preds, target, self.num_classes, self.ignore_index)
+        return None if run is None else kernel.launcher(preds, target, self.num_classes, self.ignore_index)
 
 
 @contextlib.contextmanager
@@ -79,12 +89,11 @@ def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def host(out: Path) -> dict[str, Any]:
     from mentor.lab.update_cost import _measure
-    from mentor.syncs import count_syncs
 
     rows = []
     for n in (32, 128):
         loss, logits, labels = _batch(n)
-        suite, fast = FusedMetrics(CLASSES).cuda(), DirectSuite(CLASSES).cuda()
+        suite, fast = JitSuite(CLASSES).cuda(), FusedMetrics(CLASSES).cuda()
         states = (suite.tp, suite.fp, suite.fn, suite.loss_sum, suite.loss_count, suite.invalid_labels)
         jit_run = kernel.launcher(logits, labels, CLASSES, None)
         direct_run = direct.launcher(logits, labels, CLASSES, None)
@@ -99,7 +108,7 @@ def host(out: Path) -> dict[str, Any]:
         for where in ("min", "max", "none"):
             for name, fn in cases.items():
                 with pinned(where) as core:
-                    cost = _measure(name, fn, 21, 3, count_syncs)
+                    cost = _measure(name, fn, 21, 3)
                 rows.append({"batch": n, "pinned": where, "core": core, "name": name, "host_us": cost.host_us,
                              "interval": list(cost.host_interval), "kernels": cost.kernels, "syncs": cost.syncs,
                              "queue": cost.queue, "times_us": list(cost.repeats_us)})
@@ -118,7 +127,7 @@ def warm(out: Path) -> dict[str, Any]:
     profile = get_profile()
     rows = []
     for point in operating_points(profile):
-        for label, cls in (("JITFunction.run", FusedMetrics), ("direct launch", DirectSuite),
+        for label, cls in (("JITFunction.run", JitSuite), ("direct launch", FusedMetrics),
                            ("one torch add_", None)):
             setup, batches = point_setup(point, profile)
             if cls is None:
@@ -157,9 +166,9 @@ def eager(out: Path) -> dict[str, Any]:
 
     profile = get_profile()
 
-    def direct_config() -> Config:
+    def jit_config() -> Config:
         def make() -> Any:
-            suite = DirectSuite(profile.num_classes).to(profile.device)
+            suite = JitSuite(profile.num_classes).to(profile.device)
 
             def on_report(_: int) -> None:
                 torch.stack(list(suite.compute().values())).tolist()
@@ -167,13 +176,13 @@ def eager(out: Path) -> dict[str, Any]:
 
             return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report
 
-        return Config("fused suite, direct launch", make, "FusedMetrics with mentor._direct_launch")
+        return Config("fused suite, JITFunction.run", make, "FusedMetrics launching through JITFunction.run")
 
     summary = {}
     for point in operating_points(profile):
         setup, batches = point_setup(point, profile)
-        configs = [Config("no metrics"), Config(AA), suite_config(profile.num_classes, profile.device),
-                   direct_config()]
+        configs = [Config("no metrics"), Config(AA), jit_config(),
+                   suite_config(profile.num_classes, profile.device, name="fused suite, direct launch")]
         compare_blocks(configs, setup, batches, rounds=_n(2, 1), block=10, settle=2, report_every=50, count_syncs=False)
         cmp = compare_blocks(configs, setup, batches, rounds=_n(48, 3), block=10, settle=2, report_every=50,
                              count_syncs=False, seed=9)
@@ -224,6 +233,86 @@ def compiled(out: Path) -> dict[str, Any]:
             "base_ms": {p: c["no metrics"].median_ms for p, c in inside.items()}}
 
 
+def kernel_time(out: Path) -> dict[str, Any]:
+    """The ``kernel`` part (see the module docstring)."""
+    from mentor.lab.compiled_loop import step_function
+    from mentor.lab.configs import operating_points, point_setup
+    from mentor.lab.env import get_profile
+    from mentor.lab.update_cost import _sleep_cycles_per_ms
+
+    alone = []
+    cycles = _sleep_cycles_per_ms()
+    for n in (32, 128):
+        for dtype in (torch.float32, torch.bfloat16):
+            loss, logits, labels = _batch(n)
+            logits = logits.to(dtype)
+            suite = FusedMetrics(CLASSES).cuda()
+            for _ in range(5):
+                suite.update(loss, logits, labels)
+            calls = _n(200, 5)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(cycles * 20))
+            start.record()
+            for _ in range(calls):
+                suite.update(loss, logits, labels)
+            end.record()
+            queued = not start.query()  # the sleep still ran when the last update was queued
+            torch.cuda.synchronize()
+            row = {"batch": n, "logits": str(dtype), "calls": calls, "gpu_us_per_update": start.elapsed_time(end) * 1000 / calls,
+                   "queued_behind_sleep": queued}
+            alone.append(row)
+            print(f"alone b{n} {dtype}: {row['gpu_us_per_update']:.2f} us per update on the GPU (queued: {queued})",
+                  flush=True)
+    profile = get_profile()
+    points = [p for p in operating_points(profile) if p.name in ("fp32 b32", "bf16 b32 96px")]
+    inside: dict[str, Any] = {}
+    for point in points:
+        inside[point.name] = {}
+        for label in ("without", "with"):
+            torch._dynamo.reset()
+            setup, batches = point_setup(point, profile)
+            suite = FusedMetrics(profile.num_classes).to(setup.device) if label == "with" else None
+            step = step_function(setup, suite, "reduce-overhead")
+            iterator = iter(batches)
+            memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
+
+            def one() -> None:
+                images, labels = next(iterator)
+                images = images.to(setup.device, non_blocking=True, memory_format=memory_format)
+                setup.optimizer.zero_grad(set_to_none=True)
+                torch.compiler.cudagraph_mark_step_begin()
+                step(images, labels.to(setup.device, non_blocking=True)).backward()
+                setup.optimizer.step()
+
+            for _ in range(_n(10, 3)):
+                one()
+            steps = _n(20, 2)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as prof:
+                start.record()
+                for _ in range(steps):
+                    one()
+                end.record()
+                torch.cuda.synchronize()
+            kernels: dict[str, float] = {}
+            count = 0
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+                    kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / steps
+                    count += 1
+            top = sorted(kernels.items(), key=lambda kv: -kv[1])
+            fused = {k: v for k, v in kernels.items() if "fused" in k.lower()}
+            inside[point.name][label] = {"step_ms_profiled": start.elapsed_time(end) / steps,
+                                         "gpu_us_per_step": sum(kernels.values()), "kernels_per_step": count / steps,
+                                         "fused_kernels_us_per_step": fused, "top": top[:15]}
+            print(f"{point.name} {label}: {start.elapsed_time(end) / steps:.3f} ms a step (profiled), GPU "
+                  f"{sum(kernels.values()):.1f} us, {count / steps:.1f} kernels a step; fused: {fused}", flush=True)
+    return {"alone": alone, "inside": inside}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -242,10 +331,12 @@ def main(argv: list[str]) -> int:
         start = time.perf_counter()
         if part == "regimes":
             result = regimes(args.out, hooks)
+        elif part == "kernel":
+            result = kernel_time(args.out)
         else:
             result = globals()[part](args.out)
         if part == "eager":
-            hooks = {p: v["hook_ms"]["fused suite"] for p, v in result.items()}
+            hooks = {p: v["hook_ms"]["fused suite, direct launch"] for p, v in result.items()}
         (args.out / f"{part}.json").write_text(json.dumps(result, indent=1, default=str))
         print(f"== {part}: {time.perf_counter() - start:.1f} s", flush=True)
     return 0

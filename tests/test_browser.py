@@ -218,3 +218,22 @@ def test_broken_links_names_missing_files_and_ids(toy_site):
         "bad.html: good.html#nowhere (no id 'nowhere' in good.html)",
         "bad.html: nothing.html (no file nothing.html)",
     ]
+
+
+def test_the_landing_pages_headline_is_on_a_phones_first_screen(browser, site):
+    """At 390 x 844 px, the landing page's measured result ("The result." and its glued overheads) is fully visible
+    before any scrolling."""
+    _, base, _ = site
+    context = browser.new_context(viewport={"width": sb.PHONE, "height": 844})
+    page = context.new_page()
+    try:
+        page.goto(base + "book/intro.html", wait_until="load")
+        headline = page.locator("p", has=page.locator("strong", has_text="The result.")).first
+        box = headline.bounding_box()
+        assert box is not None, "the landing page has no paragraph that starts with 'The result.'"
+        assert box["y"] + box["height"] <= 844, (
+            f"the headline paragraph ends {box['y'] + box['height']:.0f} px down, below the phone's first screen"
+            + _shot(page, "headline.png"))
+        assert "%" in headline.inner_text()  # its glued overheads are rendered, not placeholders
+    finally:
+        context.close()

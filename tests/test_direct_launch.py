@@ -2,7 +2,7 @@
 
 On the CPU, with a fake JIT function and a fake compiled kernel: the first launch goes through Triton, later ones
 call the compiled kernel's launcher with exactly the arguments ``JITFunction.run`` passes; each reason to fall back
-does. On CUDA (``@gpu``): the suite with direct launches equals the plain path bit for bit, with one kernel and no
+does. On CUDA (``@gpu``): the suite, which launches through it, equals the plain path bit for bit, with one kernel and no
 sync per update, and the launches really bypass Triton.
 """
 
@@ -164,14 +164,6 @@ def test_a_changed_kernel_signature_is_refused(monkeypatch):
 
 # --- on CUDA --------------------------------------------------------------------------------------------------
 
-class _DirectSuite(FusedMetrics):
-    """FusedMetrics whose cached launchers are DirectLaunchers (the suite does not use them yet)."""
-
-    def _checked_update(self, loss, preds, target):
-        run = super()._checked_update(loss, preds, target)
-        return None if run is None else direct.launcher(preds, target, self.num_classes, self.ignore_index)
-
-
 @gpu
 @pytest.mark.parametrize("n", [32, 128])
 def test_on_cuda_direct_launches_make_one_kernel_no_sync_and_bypass_triton(n):
@@ -179,7 +171,7 @@ def test_on_cuda_direct_launches_make_one_kernel_no_sync_and_bypass_triton(n):
     from mentor.syncs import count_syncs
 
     assert direct.supported(direct.triton_version()), direct.triton_version()
-    suite = _DirectSuite(1000, ignore_index=-100).cuda()
+    suite = FusedMetrics(1000, ignore_index=-100).cuda()
     gen = torch.Generator(device="cuda").manual_seed(n)
     batch = (torch.rand((), device="cuda", generator=gen), torch.randn(n, 1000, device="cuda", generator=gen),
              torch.randint(0, 1000, (n,), device="cuda", generator=gen))
@@ -188,8 +180,8 @@ def test_on_cuda_direct_launches_make_one_kernel_no_sync_and_bypass_triton(n):
     torch.cuda.synchronize()
     assert _gpu_ops(lambda: suite.update(*batch), 10) == (1, 0)
     assert count_syncs(suite.update, *batch).count == 0
-    (run,) = suite._launchers.values()  # made after the first update, which the suite launched itself
-    assert run.bound == 1 and run.direct == 2 - 1 + 10 + 1
+    (run,) = suite._launchers.values()  # the suite's own launcher, which made the first launch through Triton
+    assert isinstance(run, direct.DirectLauncher) and run.bound == 1 and run.direct == 3 - 1 + 10 + 1
 
 
 @gpu
@@ -206,10 +198,11 @@ def test_on_cuda_direct_launches_equal_the_plain_path(classes, n, dtype, ignore_
         logits[0, classes - 1] = float("nan")
     preds = logits.argmax(1) if indices else logits
     loss = torch.rand((), device="cuda", generator=gen)
-    fused, plain = _DirectSuite(classes, ignore_index=ignore_index).cuda(), FusedMetrics(classes, ignore_index=ignore_index).cuda()
+    fused = FusedMetrics(classes, ignore_index=ignore_index).cuda()
+    plain = FusedMetrics(classes, ignore_index=ignore_index).cuda()
     for _ in range(3):
         fused.update(loss, preds, target)
         plain._plain_update(loss, preds, target)
     for s in ("tp", "fp", "fn", "loss_sum", "loss_count", "invalid_labels"):
         assert torch.equal(getattr(fused, s), getattr(plain, s)), s
-    assert all(run.bound == 1 and run.direct == 1 for run in fused._launchers.values())  # the suite launched the 1st
+    assert all(run.bound == 1 and run.direct == 2 for run in fused._launchers.values())  # Triton made the 1st launch

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marks import gpu
+from mentor import _direct_launch as direct_module
 from mentor import _fused_kernel as kernel
 from mentor import suite as suite_module
 from mentor.lab.ddp import launch
@@ -46,6 +47,12 @@ def test_tiles_depend_on_the_class_count_only():
         (256, 2), (4, 1024), (4, 1024), (2, 2048), (2, 2048), (2, 2048), (2, 2048)]
     assert kernel.tiles(1000, logits=False) == (256, 1)
     assert [kernel.programs(n, 4) for n in (0, 1, 4, 5, 128)] == [1, 1, 1, 2, 32]
+
+
+@pytest.mark.skipif(not kernel.AVAILABLE, reason="compares with Triton's own helper")
+@given(st.integers(1, 1 << 40))
+def test_the_power_of_2_helper_equals_tritons(n):
+    assert kernel._next_power_of_2(n) == kernel.triton.next_power_of_2(n)
 
 
 def test_the_kernel_arguments_follow_the_layout():
@@ -86,7 +93,7 @@ class FakeLaunchers:
 def fake(monkeypatch):
     launchers = FakeLaunchers()
     monkeypatch.setattr(suite_module, "_uses_kernel", lambda target: True)
-    monkeypatch.setattr(kernel, "launcher", launchers)
+    monkeypatch.setattr(direct_module, "launcher", launchers)  # the suite's launcher
     return launchers
 
 
@@ -232,6 +239,8 @@ def test_one_kernel_and_no_sync_per_update(n):
     assert _gpu_ops(lambda: suite.update(*batch), 10) == (1, 0)
     report = count_syncs(suite.update, *batch)
     assert report.count == 0, report.table()
+    (run,) = suite._launchers.values()  # the suite's launcher: after the first launch, direct ones only
+    assert isinstance(run, direct_module.DirectLauncher) and run.bound == 1 and run.direct == 10 + 1
 
 
 @gpu

@@ -128,7 +128,7 @@ def test_pick_device_rejects_non_string():
 
 
 EXPECTED_KEYS = {"date", "python", "platform", "torch", "torchvision", "torchmetrics", "cuda", "gpu",
-                 "gpu_count", "driver", "cpu_count", "executable"}
+                 "gpu_count", "driver", "cpu_count"}
 
 
 @no_cuda

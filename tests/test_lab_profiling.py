@@ -3,7 +3,9 @@ traces, audits and their table, ranged_mean_metric against MeanMetric, and the r
 on CUDA (``@gpu``, run with `pytest -m gpu`): the profiler and the guard agree, audit's warm-up and table,
 debug_mode_count."""
 
+import gzip
 import inspect
+import json
 import sys
 import types
 import warnings
@@ -64,6 +66,9 @@ def test_profiling_session_writes_a_trace(tmp_path, name, magic):
     assert len(step_windows(trace)) == 2  # the `active` steps
     assert any(e.name == "work" for e in trace.by_cat("user_annotation"))
     assert [s.count for s in step_syncs(trace)] == [0, 0]  # no CUDA, no sync calls
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        assert json.load(f)["traceName"] == path.name  # not the temporary file torch wrote first, nor tmp_path
 
 
 @pytest.mark.parametrize("kwargs,message", [

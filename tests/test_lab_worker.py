@@ -112,9 +112,9 @@ def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> N
         assert counts["suite, compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 9, "collective: barrier": 6}}
         assert counts["suite, one all-reduce"] == {"per_step": {}, "per_report": {"collective: all_reduce": 1}}
-        assert counts["torchmetrics, compute"] == {
+        assert counts["macro, compute"] == {
             "per_step": {}, "per_report": {"collective: all_gather": 38, "collective: barrier": 22}}
-        assert counts["torchmetrics, per step"]["per_step"] == {
+        assert counts["macro, per step"]["per_step"] == {
             "collective: all_gather": 36.0, "collective: barrier": 20.0}
 
 
@@ -352,9 +352,9 @@ def test_sync_configs_describe_each_configuration_and_build_its_metrics_on_the_d
     assert suites == [(7, meta, "suite, compute")]
     assert [(c.name, c.description) for c in configs] == [
         ("no metrics", ""),
-        ("torchmetrics, compute",
+        ("macro, compute",
          "macro scores (scatter_stat_scores) and a mean loss, updated, synced by compute()"),
-        ("torchmetrics, per step",
+        ("macro, per step",
          "macro scores (scatter_stat_scores) and a mean loss, called (forward) with dist_sync_on_step=True"),
         ("suite, compute", ""),
         ("suite, one all-reduce", "FusedMetrics synced in one all-reduce of one float64 buffer")]

@@ -6,6 +6,10 @@ written by ``python scripts/nbtools.py waive NB --reason ...``). The reader must
 stored outputs come from older code: this extension appends :func:`waiver_text` to the page's
 admonition titled "Run this chapter", and warns (an error under ``-W``) when a waived chapter has
 no such box. :func:`waiver_text` is also what ``nbtools check`` prints.
+
+The box's facts about the stored run come from the same metadata, through the role
+``{stored-run}`gpus``` (the machine's GPUs, from ``metadata.mentor.provenance``: "two NVIDIA H200 GPUs")
+and ``{stored-run}`date``` (the day of the run), so that no page types them by hand.
 """
 
 from __future__ import annotations
@@ -78,6 +82,58 @@ def _show_waiver(app: Any, doctree: Any) -> None:
     boxes[0] += nodes.paragraph(text, text, classes=["waiver"])
 
 
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+STORED_RUN_KEYS = ("gpus", "date")
+
+
+def stored_run_text(key: str, meta: dict[str, Any]) -> str:
+    """What ``{stored-run}`key``` shows for a notebook whose ``metadata.mentor`` is ``meta``.
+
+    >>> meta = {"executed": "2026-12-01T10:10:47+00:00", "provenance": {"gpu": "NVIDIA H200", "gpu_count": 2}}
+    >>> stored_run_text("gpus", meta), stored_run_text("date", meta)
+    ('two NVIDIA H200 GPUs', '2026-12-01')
+    >>> stored_run_text("gpus", {"provenance": {"gpu": "NVIDIA H200", "gpu_count": 1}})
+    'one NVIDIA H200 GPU'
+    >>> stored_run_text("gpus", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: the notebook has no stored GPU run (metadata.mentor.provenance names no GPU); store one with make gpu-run NB=<the notebook>
+    """
+    if key not in STORED_RUN_KEYS:
+        raise ValueError(f"{{stored-run}} knows {', '.join(repr(k) for k in STORED_RUN_KEYS)}, not {key!r}")
+    if key == "date":
+        if not meta.get("executed"):
+            raise ValueError("the notebook has no stored run (metadata.mentor.executed is missing); store one with "
+                             "make gpu-run NB=<the notebook>")
+        return str(meta["executed"])[:10]
+    provenance = meta.get("provenance") or {}
+    gpu, count = provenance.get("gpu"), provenance.get("gpu_count")
+    if not gpu or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError("the notebook has no stored GPU run (metadata.mentor.provenance names no GPU); store one "
+                         "with make gpu-run NB=<the notebook>")
+    word = NUMBER_WORDS[count] if count < len(NUMBER_WORDS) else str(count)
+    return f"{word} {gpu} GPU{'s' if count > 1 else ''}"
+
+
+def _stored_run_role(name: str, rawtext: str, text: str, lineno: int, inliner: Any,
+                     options: Any = None, content: Any = None) -> tuple[list[Any], list[Any]]:
+    from docutils import nodes
+
+    env = inliner.document.settings.env
+    path = Path(env.doc2path(env.docname))
+    try:
+        if path.suffix != ".ipynb":
+            raise ValueError(f"{{stored-run}} reads a notebook's stored run, and {path.name} is not a notebook")
+        meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("mentor", {})
+        shown = stored_run_text(text.strip(), meta)
+    except ValueError as error:
+        message = inliner.reporter.error(f"{env.docname}: {error}", line=lineno)
+        problem = inliner.problematic(rawtext, rawtext, message)
+        return [problem], [message]
+    return [nodes.inline(rawtext, shown, classes=["stored-run"])], []
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("doctree-read", _show_waiver)
+    app.add_role("stored-run", _stored_run_role)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

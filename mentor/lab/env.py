@@ -8,7 +8,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
@@ -212,7 +211,6 @@ def environment_report() -> dict[str, Any]:
         "gpu_count": torch.cuda.device_count() if cuda else 0,
         "driver": _driver_version() if cuda else None,
         "cpu_count": os.cpu_count(),
-        "executable": sys.executable,
     }
 
 

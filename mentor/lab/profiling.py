@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import gzip
+import json
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -78,6 +80,7 @@ def profiling_session(
 
     def ready(p: torch.profiler.profile) -> None:
         p.export_chrome_trace(str(path))
+        _name_trace(path)
         written.append(True)
 
     prof = torch.profiler.profile(
@@ -98,6 +101,21 @@ def profiling_session(
             f"training step and run at least {needed} steps (mentor.lab.train.train(..., profiler=prof) does), "
             "or shorten the schedule."
         )
+
+
+def _name_trace(path: Path) -> None:
+    """Set the written trace's ``traceName`` to the file's own name, not a path on the machine that ran it.
+
+    ``profile.export_chrome_trace`` (``torch/profiler/profiler.py``) writes a ``.json.gz`` trace to a temporary
+    ``.json`` file first and gzips that, so the profiler records the temporary file's path (``/tmp/tmp....json``)
+    as the trace's name; a ``.json`` trace records the path as given.
+    """
+    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        trace = json.load(f)
+    trace["traceName"] = path.name
+    with opener(path, "wt", encoding="utf-8") as f:
+        json.dump(trace, f)
 
 
 @dataclass(frozen=True)

@@ -169,21 +169,21 @@ def update_cost(name: str, fn: Callable[[], Any], *, repeats: int = 21, warmup: 
         >>> update_cost("mean", lambda: m.update(x), repeats=3).kernels is None  # no GPU here
         True
     """
-    from mentor.syncs import count_syncs
-
     if not callable(fn):
         raise TypeError(f"fn must be a function of no arguments (e.g. lambda: metric.update(x)), not {fn!r}.")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}.")
     with one_core() as core:
-        return dataclasses.replace(_measure(name, fn, repeats, warmup, count_syncs), core=core)
+        return dataclasses.replace(_measure(name, fn, repeats, warmup), core=core)
 
 
-def _measure(name: str, fn: Callable[[], Any], repeats: int, warmup: int, count_syncs: Callable[..., Any]) -> UpdateCost:
+def _measure(name: str, fn: Callable[[], Any], repeats: int, warmup: int) -> UpdateCost:
     """:func:`update_cost`'s measurement, on the core it pinned."""
+    from mentor import syncs as sync_counter
+
     for _ in range(warmup):
         fn()
-    syncs = count_syncs(fn).count if torch.cuda.is_available() else 0
+    syncs = sync_counter.count_syncs(fn).count if torch.cuda.is_available() else 0
     if not torch.cuda.is_available():
         times = []
         for _ in range(repeats):

@@ -36,10 +36,11 @@ TASKS: dict[str, str] = {
 }
 """What the worker can run, by name."""
 
-SYNC_CONFIGS: tuple[str, ...] = ("no metrics", "torchmetrics, compute", "torchmetrics, per step",
+SYNC_CONFIGS: tuple[str, ...] = ("no metrics", "macro, compute", "macro, per step",
                                  "suite, compute", "suite, one all-reduce")
-"""The configurations that task ``sync-cost`` compares: no metrics (the baseline); torchmetrics' macro scores
-(counted without a sync, :func:`mentor.sync_free.scatter_stat_scores`) and a loss mean, synced by ``compute()``;
+"""The configurations that task ``sync-cost`` compares: no metrics (the baseline); "macro": torchmetrics' four macro
+classes made sync-free (:func:`mentor.sync_free.scatter_stat_scores`, one compute group; not stock torchmetrics, whose
+macro classes sync at every update) and a loss mean, synced by ``compute()``;
 the same called each step with ``dist_sync_on_step=True``, which syncs at every step; the fused suite synced by
 ``compute()``; the fused suite synced in one all-reduce (:func:`mentor.flat_sync.flat_sync`)."""
 

@@ -18,6 +18,13 @@ Parts (``--parts``, comma-separated; each writes ``<out>/<part>.json``):
 - ``compiled``: the model compiled with ``reduce-overhead`` (:func:`mentor.lab.compiled_loop.loop_costs`: the
   suite and the optimized torchmetrics set updated after the step) and the suite inside the compiled step
   (:func:`mentor.lab.compiled_loop.inside_costs`), at fp32 b32 and bf16 b32 96 px.
+- ``kernel``: the GPU time of the suite's update. Alone: 200 updates queued behind a GPU sleep, timed with CUDA
+  events from the sleep's end, so that they run back to back (batch 32 and 128, fp32 and bf16 logits). In the
+  step: the step compiled with ``reduce-overhead`` with and without the update inside
+  (:func:`mentor.lab.compiled_loop.step_function`), 20 steps under ``torch.profiler`` after 10 untimed ones, at
+  fp32 b32 and bf16 b32 96 px; the GPU time of every kernel per step, by name, and the wall time of the 20 steps
+  from CUDA events. Whether the profiler sees the kernels inside a replayed CUDA graph depends on CUPTI; the
+  per-step kernel counts say whether it did.
 
 Usage (on the GPU machine): ``python scripts/measure_targets.py --out DIR --parts host,warm,eager,regimes``.
 """
@@ -226,6 +233,86 @@ def compiled(out: Path) -> dict[str, Any]:
             "base_ms": {p: c["no metrics"].median_ms for p, c in inside.items()}}
 
 
+def kernel_time(out: Path) -> dict[str, Any]:
+    """The ``kernel`` part (see the module docstring)."""
+    from mentor.lab.compiled_loop import step_function
+    from mentor.lab.configs import operating_points, point_setup
+    from mentor.lab.env import get_profile
+    from mentor.lab.update_cost import _sleep_cycles_per_ms
+
+    alone = []
+    cycles = _sleep_cycles_per_ms()
+    for n in (32, 128):
+        for dtype in (torch.float32, torch.bfloat16):
+            loss, logits, labels = _batch(n)
+            logits = logits.to(dtype)
+            suite = FusedMetrics(CLASSES).cuda()
+            for _ in range(5):
+                suite.update(loss, logits, labels)
+            calls = _n(200, 5)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(cycles * 20))
+            start.record()
+            for _ in range(calls):
+                suite.update(loss, logits, labels)
+            end.record()
+            queued = not start.query()  # the sleep still ran when the last update was queued
+            torch.cuda.synchronize()
+            row = {"batch": n, "logits": str(dtype), "calls": calls, "gpu_us_per_update": start.elapsed_time(end) * 1000 / calls,
+                   "queued_behind_sleep": queued}
+            alone.append(row)
+            print(f"alone b{n} {dtype}: {row['gpu_us_per_update']:.2f} us per update on the GPU (queued: {queued})",
+                  flush=True)
+    profile = get_profile()
+    points = [p for p in operating_points(profile) if p.name in ("fp32 b32", "bf16 b32 96px")]
+    inside: dict[str, Any] = {}
+    for point in points:
+        inside[point.name] = {}
+        for label in ("without", "with"):
+            torch._dynamo.reset()
+            setup, batches = point_setup(point, profile)
+            suite = FusedMetrics(profile.num_classes).to(setup.device) if label == "with" else None
+            step = step_function(setup, suite, "reduce-overhead")
+            iterator = iter(batches)
+            memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
+
+            def one() -> None:
+                images, labels = next(iterator)
+                images = images.to(setup.device, non_blocking=True, memory_format=memory_format)
+                setup.optimizer.zero_grad(set_to_none=True)
+                torch.compiler.cudagraph_mark_step_begin()
+                step(images, labels.to(setup.device, non_blocking=True)).backward()
+                setup.optimizer.step()
+
+            for _ in range(_n(10, 3)):
+                one()
+            steps = _n(20, 2)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as prof:
+                start.record()
+                for _ in range(steps):
+                    one()
+                end.record()
+                torch.cuda.synchronize()
+            kernels: dict[str, float] = {}
+            count = 0
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+                    kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / steps
+                    count += 1
+            top = sorted(kernels.items(), key=lambda kv: -kv[1])
+            fused = {k: v for k, v in kernels.items() if "fused" in k.lower()}
+            inside[point.name][label] = {"step_ms_profiled": start.elapsed_time(end) / steps,
+                                         "gpu_us_per_step": sum(kernels.values()), "kernels_per_step": count / steps,
+                                         "fused_kernels_us_per_step": fused, "top": top[:15]}
+            print(f"{point.name} {label}: {start.elapsed_time(end) / steps:.3f} ms a step (profiled), GPU "
+                  f"{sum(kernels.values()):.1f} us, {count / steps:.1f} kernels a step; fused: {fused}", flush=True)
+    return {"alone": alone, "inside": inside}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -244,6 +331,8 @@ def main(argv: list[str]) -> int:
         start = time.perf_counter()
         if part == "regimes":
             result = regimes(args.out, hooks)
+        elif part == "kernel":
+            result = kernel_time(args.out)
         else:
             result = globals()[part](args.out)
         if part == "eager":

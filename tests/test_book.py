@@ -303,3 +303,48 @@ def test_a_sphinx_build_writes_the_stored_runs_gpus(tmp_path: Path, provenance: 
         assert build.returncode == 0, build.stderr[-4000:]
         page = (tmp_path / "out" / "index.html").read_text()
         assert f'<span class="stored-run">{shown}</span> on <span class="stored-run">2026-12-01</span>' in page
+
+
+@pytest.mark.book
+def test_no_page_links_to_a_file_url(built_book) -> None:
+    """docutils turns a bare ``file:line`` in a docstring into a link to the URL "file:line"; no page may carry one."""
+    import re
+
+    _, html, _ = built_book
+    bad = {str(page.relative_to(html)): sorted(set(re.findall(r'href="(file:[^"]*)"', page.read_text())))
+           for page in html.rglob("*.html")}
+    assert not {page: links for page, links in bad.items() if links}
+
+
+def _docstring_literals():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docstring_literals", REPO / "book" / "_ext" / "docstring_literals.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docstring_literal_examples_hold() -> None:
+    import doctest
+
+    result = doctest.testmod(_docstring_literals())
+    assert result.attempted == 2 and result.failed == 0
+
+
+@pytest.mark.parametrize("extension", [True, False])
+def test_a_bare_file_line_in_a_docstring_links_nowhere_with_the_extension(tmp_path: Path, extension: bool) -> None:
+    """A one-page autodoc build of a module whose docstrings say file:line bare: without book/_ext/docstring_literals.py
+    each becomes a link to the URL "file:line" (the defect); with it, each is shown as inline code and nothing links."""
+    (tmp_path / "plain.py").write_text('"""Every sync with its file:line."""\n\n\ndef f():\n    """(file:line is where it points)."""\n')
+    (tmp_path / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(tmp_path)!r}, {str(REPO / 'book' / '_ext')!r}]\n"
+        f"extensions = {['sphinx.ext.autodoc'] + (['docstring_literals'] if extension else [])!r}\n")
+    (tmp_path / "index.rst").write_text("Title\n=====\n\n.. automodule:: plain\n   :members:\n")
+    build = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "out")],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert page.count('href="file:line"') == (0 if extension else 2)
+    assert page.count('<span class="pre">file:line</span>') == (2 if extension else 0)

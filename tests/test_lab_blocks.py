@@ -183,7 +183,7 @@ def test_settings_record_the_defaults(fake, cpu):
     cmp = blocks.compare_blocks([Config("a")], cpu, batches(), rounds=1)
     assert cmp.settings == {"design": "blocks", "block": 10, "settle": 2, "steps": 8, "warmup": 2, "rounds": 1,
                             "report_every": 50, "sync_steps": 5, "seed": 0, "orders": [["a"]],
-                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}, "warmup_rounds": 0}
     assert cmp["a"].round_step_ms == [[10.0] * 8]
 
 
@@ -193,7 +193,7 @@ def test_settings_record_the_values_given(fake, cpu):
                                 sync_steps=1, seed=3)
     assert cmp.settings == {"design": "blocks", "block": 3, "settle": 1, "steps": 2, "warmup": 1, "rounds": 2,
                             "report_every": 7, "sync_steps": 1, "seed": 3, "orders": [["a"], ["a"]],
-                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}, "warmup_rounds": 0}
 
 
 def test_every_block_trains_the_given_setup_and_batches(fake, cpu):
@@ -346,3 +346,21 @@ def test_drift_default_window_is_50():
 def test_drift_averages_in_float64():
     # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
     assert blocks.drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]
+
+
+def test_warmup_rounds_run_with_the_same_hooks_and_are_not_recorded(fake, cpu):
+    """Two warm-up rounds, then two timed ones: the hooks are made once and see every step; only the timed
+    rounds' step times, reports (counted from the end of the warm-up) and orders are recorded."""
+    clock, _ = fake
+    m = Recorder("m", clock, ms=[1.0, 2.0, 3.0, 4.0])
+    cmp = blocks.compare_blocks([m.config()], cpu, batches(), rounds=2, block=3, settle=1, report_every=2,
+                                warmup_rounds=2)
+    assert m.made == 1 and len(m.steps) == 12
+    assert cmp["m"].round_step_ms == [[3.0, 3.0], [4.0, 4.0]]
+    # warm-up: reports due at timed steps 2 (last of its block: deferred) and 4 (deferred again) run at 3;
+    # after the warm-up the count restarts: the report due at the 2nd timed step is deferred to the 3rd
+    assert m.reports == [3, 3]
+    assert cmp.settings["report_steps"] == {"m": [[1, 0]]} and len(cmp.settings["orders"]) == 2
+    assert cmp.settings["warmup_rounds"] == 2
+    with pytest.raises(ValueError, match=r"warmup_rounds must be an int >= 0, got -1"):
+        blocks.compare_blocks([m.config()], cpu, batches(), rounds=1, warmup_rounds=-1)

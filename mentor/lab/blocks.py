@@ -96,6 +96,7 @@ def compare_blocks(
     count_syncs: bool = True,
     sync_steps: int = 5,
     seed: int = 0,
+    warmup_rounds: int = 0,
 ) -> Comparison:
     """Time ``configs`` in ``rounds`` rounds of one short block each, in an order shuffled anew every round.
 
@@ -112,6 +113,9 @@ def compare_blocks(
     any wait at a sync inside the hook; how much of it lengthens the step depends on whether the host
     or the GPU limits the step, so compare it with the measured overhead rather than read it as one.
     Syncs per step are counted as in :func:`mentor.lab.compare.compare`, in a separate untimed pass.
+    ``warmup_rounds`` rounds run first with the same hooks and are not recorded (their step times, reports and
+    host times are dropped, and the count of timed steps starts again after them): the place for compiles and
+    recompiles that the first updates of a compiled configuration trigger.
 
     Example:
         >>> from mentor.lab.data import device_batches
@@ -133,6 +137,7 @@ def compare_blocks(
     _int_at_least("settle", settle, 0)
     _int_at_least("report_every", report_every, 0)
     _int_at_least("sync_steps", sync_steps, 1)
+    _int_at_least("warmup_rounds", warmup_rounds, 0)
     if settle >= block:
         raise ValueError(f"settle ({settle}) must be smaller than block ({block}): a block needs a timed step; "
                          f"e.g. block=10, settle=2.")
@@ -150,19 +155,26 @@ def compare_blocks(
     per_round: dict[str, list[list[float]]] = {c.name: [] for c in configs}
     report_steps: dict[str, list[list[int]]] = {c.name: [] for c in configs}
     orders: list[list[str]] = []
-    for k in range(rounds):
+    for k in range(-warmup_rounds, rounds):
+        if k == 0 and warmup_rounds:  # the warm-up is over: count and time afresh, with the same metrics
+            for hook in hooks.values():
+                hook.timed, hook.due, hook.host_ms, hook.report_at = 0, False, [], []
         order = list(configs)
         rng.shuffle(order)
-        orders.append([c.name for c in order])
         pending = []
         for c in order:
             hook = hooks[c.name]
             before = len(hook.report_at)
             stats = train(setup, batches, steps=block - settle, warmup=settle, on_step=hook)
             pending.append((c.name, stats))
-            report_steps[c.name] += [[k, p] for p in hook.report_at[before:]]
+            if k >= 0:
+                report_steps[c.name] += [[k, p] for p in hook.report_at[before:]]
         for name, stats in pending:  # reading the first waits for this round's GPU work once
-            per_round[name].append(list(stats.step_ms))
+            durations = list(stats.step_ms)
+            if k >= 0:
+                per_round[name].append(durations)
+        if k >= 0:
+            orders.append([c.name for c in order])
     cuda = _is_cuda(setup)
     results = []
     for c in configs:
@@ -178,7 +190,7 @@ def compare_blocks(
     hook_ms = {name: statistics.median(h.host_ms) if h.host_ms else None for name, h in hooks.items()}
     settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle,
                     rounds=rounds, report_every=report_every, sync_steps=sync_steps, seed=seed, orders=orders,
-                    report_steps=report_steps, hook_ms=hook_ms)
+                    report_steps=report_steps, hook_ms=hook_ms, warmup_rounds=warmup_rounds)
     return Comparison(results, baseline=configs[0].name, batch_size=int(images.shape[0]), settings=settings,
                       environment=environment_report())
 

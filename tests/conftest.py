@@ -36,6 +36,8 @@ def built_book(tmp_path_factory):
     (root / "_toc.yml").write_text(yaml.safe_dump(prune_toc(toc, set(present)), sort_keys=False))
     shutil.copy(REPO / "_config.yml", root)
     shutil.copytree(REPO / "book", root / "book", ignore=nbtools.COPY_IGNORE)
+    # the chapters include code from mentor's source ({literalinclude} ../mentor/...), as the real build does
+    shutil.copytree(REPO / "mentor", root / "mentor", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
     assert jupyter_book, f"jupyter-book is not installed next to {sys.executable}"
     build = subprocess.run([jupyter_book, "build", str(root), "-W", "-n", "--keep-going"],

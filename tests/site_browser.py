@@ -11,6 +11,7 @@ import functools
 import html.parser
 import http.server
 import os
+import re
 import shutil
 import threading
 import urllib.parse
@@ -84,6 +85,8 @@ class Visit:
     # the page's width in CSS pixels when it is wider than the viewport, and its widest elements
     overflow: int | None = None
     wide_elements: list[str] = field(default_factory=list)
+    # the figures of the page's content: (image file as the site serves it, width shown in CSS px)
+    figures: list[tuple[str, float]] = field(default_factory=list)
     screenshot: Path | None = None
 
     @property
@@ -144,6 +147,40 @@ _WIDE_ELEMENTS_JS = """
 """
 
 
+# The content's images (Sphinx copies every figure and output image to _images/; not the logo or the index's
+# toggle icons): their path under the site root and the width shown, in CSS px.
+_FIGURES_JS = """
+(base) => [...document.querySelectorAll("main img")]
+  .filter((img) => img.currentSrc.startsWith(base + "_images/") && img.getBoundingClientRect().width > 0)
+  .map((img) => [decodeURIComponent(new URL(img.currentSrc).pathname).replace(/^\\//, ""),
+                 img.getBoundingClientRect().width])
+"""
+
+_VIEWBOX = re.compile(r'<svg\b[^>]*\bviewBox="\s*[-0-9.]+[ ,]+[-0-9.]+[ ,]+([0-9.]+)[ ,]+[0-9.]+\s*"')
+_FONT_SIZE = re.compile(r"font-size:\s*([0-9.]+)(?:px)?|font-size=\"([0-9.]+)(?:px)?\"|font:\s*(?:[a-z]+\s+)*([0-9.]+)px")
+
+
+def svg_text_px(svg: str, shown_width: float) -> float | None:
+    """The size in CSS px, at ``shown_width`` px, of the smallest text of an SVG image (None when it has no text).
+
+    Sizes are in the SVG's user units; shown ``shown_width`` wide, a unit is ``shown_width / viewBox width`` px.
+    An SVG without a viewBox, or with text drawn as paths (matplotlib's default), has no size to read: a
+    ValueError says so.
+
+    >>> svg_text_px('<svg viewBox="0 0 288 100"><text style="font-size: 8px">a</text></svg>', 342)
+    9.5
+    """
+    box = _VIEWBOX.search(svg)
+    if box is None:
+        raise ValueError("the SVG has no viewBox, so the size its text is shown at cannot be computed")
+    sizes = [float(next(g for g in m.groups() if g)) for m in _FONT_SIZE.finditer(svg)]
+    if not sizes:
+        if "<text" in svg:
+            raise ValueError("the SVG has <text> without a font size")
+        return None
+    return min(sizes) * shown_width / float(box.group(1))
+
+
 def visit_pages(browser: object, base_url: str, pages: list[str], width: int, shots: Path | None) -> list[Visit]:
     """Open every page at ``width`` px in a fresh browser context and record what went wrong.
 
@@ -164,6 +201,7 @@ def visit_pages(browser: object, base_url: str, pages: list[str], width: int, sh
             visit.broken_images = page.evaluate(_BROKEN_IMAGES_JS)
             text = page.inner_text("body")
             visit.glue_left = [marker for marker in GLUE_MARKERS if marker in text]
+            visit.figures = [(path, float(w)) for path, w in page.evaluate(_FIGURES_JS, base_url)]
             scroll_width = page.evaluate("document.documentElement.scrollWidth")
             if scroll_width > width + SCROLL_SLACK:
                 visit.overflow = scroll_width

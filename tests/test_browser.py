@@ -100,6 +100,43 @@ def test_no_page_scrolls_sideways_at_phone_width(visits):
     assert not found, _failures(found, lambda v: True)
 
 
+PNG_FIGURE_PAGES = {
+    "book/01_baseline.html", "book/02_naive_metrics.html", "book/03_profiler.html", "book/05_weight.html",
+    "book/06_nan_check.html", "book/07_device_and_ddp.html", "book/08_summary.html", "book/09_when_it_matters.html",
+    "book/10_macro_and_collections.html", "book/11_reading_values.html", "book/12_two_gpus.html",
+    "book/14_compile.html", "book/intro.html",
+}
+"""The pages whose stored figures are still PNG, drawn before mentor.lab.figures: their text size cannot be read, and
+each goes from this set when its chapter is rerun with SVG figures (issue 24). The test below fails both ways: a new
+PNG figure elsewhere, or a page here that no longer has one."""
+MIN_TEXT_PX = 9.0
+
+
+def test_png_figures_are_left_only_on_the_pages_that_await_their_rerun(visits):
+    found = {v.page for v in visits[sb.PHONE] if any(path.endswith(".png") for path, _ in v.figures)}
+    assert found == PNG_FIGURE_PAGES, (f"pages with PNG figures not listed: {sorted(found - PNG_FIGURE_PAGES)}; "
+                                       f"listed pages without one: {sorted(PNG_FIGURE_PAGES - found)}")
+
+
+def test_svg_figure_text_is_at_least_9_px_on_a_phone(site, visits):
+    """Every SVG figure's smallest text, at the width the 390 px page shows it, read from the file's font sizes."""
+    html, _, _ = site
+    small, unreadable = [], []
+    for visit in visits[sb.PHONE]:
+        for path, width in visit.figures:
+            if not path.endswith(".svg"):
+                continue
+            try:
+                px = sb.svg_text_px((html / path).read_text(encoding="utf-8"), width)
+            except ValueError as err:
+                unreadable.append(f"{visit.page}: {path}: {err}")
+                continue
+            if px is not None and px < MIN_TEXT_PX:
+                small.append(f"{visit.page}: {path} shown {width:.0f} px wide, smallest text {px:.1f} px")
+    assert not unreadable, "\n".join(unreadable)
+    assert not small, "\n".join(small)
+
+
 def test_internal_links_resolve(site):
     html, _, _ = site
     broken = sb.broken_links(html, sb.site_pages(html))
@@ -191,6 +228,18 @@ def toy_site(tmp_path):
     return tmp_path
 
 
+def test_svg_text_px_reads_the_smallest_text_against_the_viewbox():
+    svg = ('<svg width="288pt" viewBox="0 0 288 144"><text style="font-size: 10px; font-family: x">a</text>'
+           '<text style="font-size: 7.5px">b</text><text font-size="12">c</text></svg>')
+    assert sb.svg_text_px(svg, 342) == pytest.approx(7.5 * 342 / 288)
+    assert sb.svg_text_px(svg, 576) == 15.0
+    assert sb.svg_text_px('<svg viewBox="0 0 10 10"><rect/></svg>', 100) is None
+    with pytest.raises(ValueError, match="no viewBox"):
+        sb.svg_text_px('<svg width="10"><text style="font-size: 5px">a</text></svg>', 100)
+    with pytest.raises(ValueError, match="<text> without a font size"):
+        sb.svg_text_px('<svg viewBox="0 0 10 10"><text>a</text></svg>', 100)
+
+
 def test_site_pages_and_redirects(toy_site):
     assert sb.site_pages(toy_site) == ["bad.html", "good.html", "index.html"]
     assert sb.redirect_target(toy_site / "index.html") == "good.html"
@@ -237,3 +286,18 @@ def test_the_landing_pages_headline_is_on_a_phones_first_screen(browser, site):
         assert "%" in headline.inner_text()  # its glued overheads are rendered, not placeholders
     finally:
         context.close()
+
+
+def test_visits_list_the_content_figures_with_their_shown_width(browser, tmp_path):
+    """Only images under _images/ inside <main> count, at the width the page shows them."""
+    (tmp_path / "_images").mkdir()
+    (tmp_path / "_images" / "f.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="288pt" height="72pt" '
+                                                'viewBox="0 0 288 72"><text y="20" style="font-size: 8px">a</text></svg>')
+    (tmp_path / "logo.svg").write_text(SVG)
+    (tmp_path / "page.html").write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>t</title></head><body>'
+        '<img src="logo.svg" alt="logo"><main><img src="_images/f.svg" alt="f" style="width: 171px"></main></body></html>')
+    with sb.serve(tmp_path) as base:
+        (visit,) = sb.visit_pages(browser, base, ["page.html"], sb.PHONE, None)
+    assert visit.figures == [("_images/f.svg", 171.0)]
+    assert sb.svg_text_px((tmp_path / "_images" / "f.svg").read_text(), 171.0) == 4.75

@@ -1,5 +1,5 @@
 """mentor.lab.blocks: short alternating blocks, with a fake train() whose step times are set per configuration and a
-fake clock for the hooks' host time, so that every value is exact; sweep_blocks, and drift."""
+fake clock for the hooks' host time, so that every value is exact; and sweep_blocks."""
 
 from dataclasses import asdict
 
@@ -321,31 +321,6 @@ def test_sweep_and_sweep_blocks_build_each_point_through_point_setup_and_record_
     for kind, out in (("compare", swept), ("blocks", blocked)):
         assert list(out) == ["a", "b"]
         assert [cmp.settings for cmp in out.values()] == [{"kind": kind, "point": asdict(p)} for p in points]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# drift
-
-
-def test_drift_means_whole_windows_only():
-    assert blocks.drift([1.0, 3.0, 2.0, 6.0, 9.0], window=2) == [2.0, 4.0]
-    assert blocks.drift([5.0, 7.0], window=2) == [6.0]
-    with pytest.raises(ValueError) as err:
-        blocks.drift([1.0, 2.0], window=3)
-    assert str(err.value) == "step_ms has 2 steps, fewer than one window of 3: pass more steps or a smaller window."
-    with pytest.raises(ValueError) as err:
-        blocks.drift([1.0], window=0)
-    assert str(err.value) == "window must be an int >= 1, got 0."
-
-
-def test_drift_default_window_is_50():
-    # 50 ones, 50 threes, then 49 sevens (a partial window, dropped)
-    assert blocks.drift([1.0] * 50 + [3.0] * 50 + [7.0] * 49) == [1.0, 3.0]
-
-
-def test_drift_averages_in_float64():
-    # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
-    assert blocks.drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]
 
 
 def test_warmup_rounds_run_with_the_same_hooks_and_are_not_recorded(fake, cpu):

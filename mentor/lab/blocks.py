@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 
 from mentor.lab.compare import _is_cuda, _syncs_per_step, at_each_point
 from mentor.lab.comparison import Comparison
@@ -216,18 +215,3 @@ def sweep_blocks(points: Sequence[OperatingPoint], profile: Profile, configs: Se
     return at_each_point(points, profile, lambda setup, batches: compare_blocks(
         configs, setup, batches, rounds=rounds, block=block, settle=settle, report_every=profile.report_every,
         seed=seed), progress)
-
-
-def drift(step_ms: Sequence[float], window: int = 50) -> list[float]:
-    """Mean step time of each run of ``window`` consecutive steps (a trailing partial window is dropped).
-
-    Example:
-        >>> drift([1.0, 3.0, 2.0, 2.0, 9.0], window=2)
-        [2.0, 2.0]
-    """
-    _int_at_least("window", window, 1)
-    if len(step_ms) < window:
-        raise ValueError(f"step_ms has {len(step_ms)} steps, fewer than one window of {window}: pass more steps "
-                         f"or a smaller window.")
-    n = len(step_ms) // window * window
-    return [float(m) for m in np.asarray(step_ms[:n], dtype=float).reshape(-1, window).mean(axis=1)]

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from mentor.lab.blocks import drift
 from mentor.lab.figures import PHONE_WIDTH_IN
 from mentor.lab.comparison import Comparison, _short
-from mentor.lab.stats import KINDS
+from mentor.lab.stats import KINDS, drift
 from mentor.lab.trace import (
     _NO_WINDOWS,
     GPU_CATEGORIES,

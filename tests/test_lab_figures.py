@@ -94,3 +94,28 @@ def test_phone_text_wraps_long_axis_labels_and_keeps_their_words() -> None:
     lines = ax.get_xlabel().split("\n")
     assert max(len(line) for line in lines) <= 30 and len(lines) == 4
     assert " ".join(lines).split() == label.split()
+
+
+def test_the_defaults() -> None:
+    """One panel 2.6 inches high; labels wrap at 44 characters; an empty figure has no smallest or largest text."""
+    fig, axes = phone_figure()
+    assert tuple(float(x) for x in fig.get_size_inches()) == (4.0, 2.6) and len(axes) == 1
+    assert tuple(float(x) for x in phone_figure(2, row_height_in=0.5)[0].get_size_inches()) == (4.0, 1.0)
+    forty_four, forty_five = "x" * 20 + " " + "y" * 23, "x" * 20 + " " + "y" * 24
+    axes[0].set_xlabel(forty_four)
+    axes[0].set_ylabel(forty_five)
+    phone_text(fig)
+    assert axes[0].get_xlabel() == forty_four and axes[0].get_ylabel() == "x" * 20 + "\n" + "y" * 24
+    empty, _ = phone_figure()
+    empty.axes[0].set_axis_off()
+    assert smallest_text_pt(empty) == float("inf") and largest_text_pt(empty) == 0.0
+
+
+def test_hidden_text_and_existing_line_breaks() -> None:
+    """A hidden text does not count as the smallest; a label's own line breaks are kept when it is wrapped."""
+    fig, (ax,) = phone_figure()
+    ax.text(0, 0, "hidden", fontsize=3).set_visible(False)
+    ax.set_xlabel("first line\nsecond line")
+    phone_text(fig, 9.0)
+    assert smallest_text_pt(fig) == 9.0
+    assert ax.get_xlabel() == "first line\nsecond line"

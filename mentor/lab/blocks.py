@@ -45,20 +45,43 @@ def _int_at_least(label: str, value: Any, low: int) -> int:
     return value
 
 
-class _Counted:
-    """One configuration's hooks for a whole comparison: counts timed steps, reports every ``every`` of them
-    inside a timed step, and times the host span of each timed step's hook (``host_ms``, report steps apart).
+class ReportSchedule:
+    """When a report runs in a loop of blocks, given whether each timed step is its block's last.
 
-    A report is due at the timed step that completes each ``every`` timed steps. It runs there unless that is the
-    last timed step of its block (``steps`` timed steps a block): the wait that a report's read leaves on the GPU
-    falls in the step after it, and after the last timed step that is an untimed settle step of the next block.
-    Such a report runs at the next block's first timed step instead; reports due together run once."""
+    A report is due at the timed step that completes each ``every`` timed steps (``0``: never). It runs there
+    unless that is the last timed step of its block: the wait that a report's read leaves on the GPU falls in the
+    step after it, and after a block's last timed step that is an untimed settle step of the next block. Such a
+    report runs at the next block's first timed step instead; reports due together run once.
+    :func:`compare_blocks` and :func:`mentor.lab.compiled_loop.inside_costs` both use it.
+
+    Example:
+        >>> schedule = ReportSchedule(every=3)  # 3 timed steps a block: due at each block's last, run at the next's first
+        >>> [schedule.after_timed_step(last_in_block=p == 2) for _ in range(2) for p in range(3)]
+        [False, False, False, True, False, False]
+    """
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.timed = 0  # timed steps so far
+        self.due = False
+
+    def after_timed_step(self, last_in_block: bool) -> bool:
+        """Count one timed step; True when the report runs in it."""
+        self.timed += 1
+        self.due = self.due or bool(self.every and self.timed % self.every == 0)
+        if self.due and not last_in_block:
+            self.due = False
+            return True
+        return False
+
+
+class _Counted:
+    """One configuration's hooks for a whole comparison: reports as its :class:`ReportSchedule` says, inside a
+    timed step, and times the host span of each timed step's hook (``host_ms``, report steps apart)."""
 
     def __init__(self, config: Config, every: int, warmup: int, steps: int) -> None:
         self.on_step, self.on_report = config.make()
-        self.every = every if self.on_report is not None else 0
-        self.timed = 0
-        self.due = False
+        self.schedule = ReportSchedule(every if self.on_report is not None else 0)
         self.warmup = warmup  # the untimed steps at the start of each block
         self.steps = steps  # the timed steps of each block
         self.host_ms: list[float] = []
@@ -69,15 +92,12 @@ class _Counted:
             if self.on_step is not None:
                 self.on_step(step)
             return
-        self.timed += 1
         start = time.perf_counter()
         if self.on_step is not None:
             self.on_step(step)
         position = step.index - self.warmup
-        self.due = self.due or bool(self.every and self.timed % self.every == 0)
-        if self.due and position < self.steps - 1:
-            self.due = False
-            self.on_report(self.timed)  # type: ignore[misc]
+        if self.schedule.after_timed_step(last_in_block=position == self.steps - 1):
+            self.on_report(self.schedule.timed)  # type: ignore[misc]
             self.report_at.append(position)
             return
         self.host_ms.append((time.perf_counter() - start) * 1000.0)
@@ -157,7 +177,7 @@ def compare_blocks(
     for k in range(-warmup_rounds, rounds):
         if k == 0 and warmup_rounds:  # the warm-up is over: count and time afresh, with the same metrics
             for hook in hooks.values():
-                hook.timed, hook.due, hook.host_ms, hook.report_at = 0, False, [], []
+                hook.schedule, hook.host_ms, hook.report_at = ReportSchedule(hook.schedule.every), [], []
         order = list(configs)
         rng.shuffle(order)
         pending = []

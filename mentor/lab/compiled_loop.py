@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from mentor.lab.blocks import compare_blocks
+from mentor.lab.blocks import ReportSchedule, compare_blocks
 from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
@@ -155,14 +155,12 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
 
 
 def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable,
-                steps: int, settle: int, report: Callable[[], None] | None, report_every: int,
-                state: dict[str, Any]) -> tuple[_StepClock, list[int]]:
+                steps: int, settle: int, report: Callable[[], None] | None,
+                schedule: ReportSchedule) -> tuple[_StepClock, list[int]]:
     """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
     (CUDA events, read with ``durations_ms()`` at the end of the round), and the positions of the timed steps
-    that ran ``report``. ``state`` carries the configuration's count of timed steps (``"timed"``) and whether a
-    report is due (``"due"``) across blocks: a report is due at the timed step that completes every
-    ``report_every`` of them and runs there, unless that is the block's last timed step, whose following step (in
-    which the report's read leaves the GPU idle) is not timed; then it runs at the next block's first timed step."""
+    that ran ``report``. ``schedule`` (:class:`mentor.lab.blocks.ReportSchedule`) carries the configuration's count
+    of timed steps across blocks and says in which of them ``report`` runs."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
@@ -180,13 +178,9 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setu
         step(images, labels).backward()
         setup.optimizer.step()
         if index >= settle:
-            state["timed"] += 1
-            if report is not None and report_every:
-                state["due"] = state["due"] or state["timed"] % report_every == 0
-                if state["due"] and index < settle + steps - 1:
-                    state["due"] = False
-                    report()
-                    positions.append(index - settle)
+            if schedule.after_timed_step(last_in_block=index == settle + steps - 1) and report is not None:
+                report()
+                positions.append(index - settle)
             clock.mark()
     return clock, positions
 
@@ -254,7 +248,7 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
         orders: list[list[str]] = []
         for k in range(-warmup_rounds, rounds):
             if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
-                state = {name: {"timed": 0, "due": False} for name in names}
+                schedules = {name: ReportSchedule(report_every if name in reports else 0) for name in names}
                 if k == 0 and warmup_rounds and report_every:
                     _synchronize(setup)
                     report()  # the first report loads its kernels: untimed, like the compiles
@@ -264,7 +258,7 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
             pending = []
             for name in order:
                 clock, positions = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
-                                               report_every, state[name])
+                                               schedules[name])
                 pending.append((name, clock))
                 if k >= 0:
                     report_steps[name] += [[k, p] for p in positions]

@@ -79,7 +79,7 @@ def test_check_stale_and_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"refresh it with: make gpu-run NB={path}" in capsys.readouterr().out
 
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
                              "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     assert nbtools.main(["check", str(path)]) == 0
@@ -136,7 +136,7 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     nb = nbformat.read(first, as_version=4)
     assert nb.cells[1].outputs[0]["text"].split() == ["smoke", str(tmp_path.resolve())]
     stored = nb.metadata["mentor"]
-    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256", "mentor_sha256", "mentor_sources",
+    assert set(stored) == {"provenance", "executed", "duration_s", "hash_scheme", "code_sha256", "mentor_sha256", "mentor_sources",
                            "outputs_sha256"}
     assert stored["mentor_sources"] == {}  # the notebook imports nothing from mentor
     assert stored["mentor_sha256"] == nbtools.mentor_hash()
@@ -145,6 +145,71 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     assert "torch" in stored["provenance"]
     assert nbformat.read(last, as_version=4).cells[1].outputs[0]["text"].strip() == stored["code_sha256"]
     assert nbtools.stale([first, last]) == []
+
+
+# --- the hash scheme: code layout, comments and docstrings do not make a run stale; a run stored as text stays so ---
+
+
+def test_cell_fingerprint_ignores_layout_and_comments_but_not_code() -> None:
+    same = ["x = f(1, 'ab')", "x = f(  1,\n  'a' 'b',  # split\n)\n", "# note\nx = f(1, 'ab')  # why"]
+    assert len({nbtools.cell_fingerprint(s) for s in same}) == 1
+    fstrings = ['print(f"{a:>{w}} and {b!r}")', 'print(\n    f"{a:>{w}}"\n    f" and {b!r}"\n)']
+    assert nbtools.cell_fingerprint(fstrings[0]) == nbtools.cell_fingerprint(fstrings[1])
+    other = ["x = f(1, 'abc')", "x = f(2, 'ab')", "y = f(1, 'ab')", "x = f(1, 'ab');", "%time x = f(1, 'ab')",
+             "x = f(1, 'ab')\n'shown'"]
+    assert len({nbtools.cell_fingerprint(s) for s in same[:1] + other}) == 1 + len(other)
+    # a ';' inside a string or a comment hides nothing; one before a trailing comment does
+    assert nbtools.cell_fingerprint("x  # end;") == nbtools.cell_fingerprint("x")
+    assert nbtools.cell_fingerprint("x;  # quiet") == nbtools.cell_fingerprint("x;")
+    assert nbtools.cell_fingerprint("print('#');") != nbtools.cell_fingerprint("print('#')")
+    # a cell that is not Python is compared as text
+    assert nbtools.cell_fingerprint("x = (") != nbtools.cell_fingerprint("x  = (")
+    assert nbtools.cell_fingerprint("x = (") == nbtools.cell_fingerprint("x = (  ")
+
+
+def test_tree_text_drops_the_empty_fstring_pieces_python_3_12_keeps() -> None:
+    parsed = nbtools.ast.parse('f"a{x}b"').body[0].value
+    padded = nbtools.ast.JoinedStr(values=[nbtools.ast.Constant(""), nbtools.ast.Constant("a"), parsed.values[1],
+                                           nbtools.ast.Constant("b"), nbtools.ast.Constant("")])
+    split = nbtools.ast.JoinedStr(values=[nbtools.ast.Constant("a"), parsed.values[1], nbtools.ast.Constant("b")])
+    assert nbtools._tree_text(padded) == nbtools._tree_text(parsed) == nbtools._tree_text(split)
+    assert "lineno" not in nbtools._tree_text(parsed) and "'a'" in nbtools._tree_text(parsed)
+
+
+def test_module_fingerprint_ignores_docstrings_and_comments_but_not_code() -> None:
+    base = "def f(x):\n    return x + 1\n"
+    documented = '"""Module."""\n\ndef f(x):  # one\n    """Add one."""\n    return (\n        x + 1\n    )\n"""after"""\n'
+    assert nbtools.module_fingerprint(documented) == nbtools.module_fingerprint(base)
+    assert nbtools.module_fingerprint("def f(x):\n    'only a docstring'\n") == nbtools.module_fingerprint(
+        "def f(x):\n    pass\n")
+    assert nbtools.module_fingerprint(base.replace("1", "2")) != nbtools.module_fingerprint(base)
+    assert nbtools.module_fingerprint("X = 'a string value'\n") != nbtools.module_fingerprint("X = 'another'\n")
+    assert nbtools.module_fingerprint("def (") == "text:def ("
+
+
+def test_a_run_stored_without_a_scheme_is_checked_as_text(tmp_path: Path) -> None:
+    """Runs stored before hash_scheme keep their text hashes: a new comment makes them stale, as it did; a run
+    stored with the current scheme ignores the comment, and still sees a change of code."""
+    path = write_notebook(tmp_path / "x.ipynb", "print(1)")
+    nb = nbformat.read(path, as_version=4)
+    old = {"code_sha256": nbtools.code_hash(nb, "raw"), "mentor_sha256": nbtools.mentor_hash(),
+           "outputs_sha256": nbtools.outputs_hash(nb)}
+    new = {**old, "hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb)}
+    assert nbtools.stored_scheme(old) == "raw" and nbtools.stored_scheme(new) == nbtools.HASH_SCHEME == "ast-1"
+    for meta in (old, new):
+        nb.metadata["mentor"] = meta
+        nb.cells[1].source = "print(1)"
+        nbformat.write(nb, path)
+        assert nbtools.stale([path]) == []
+    nb.cells[1].source = "print(\n    1\n)  # reformatted"
+    for meta, reasons in ((old, 1), (new, 0)):
+        nb.metadata["mentor"] = meta
+        nbformat.write(nb, path)
+        assert len(nbtools.stale([path])) == reasons
+    nb.cells[1].source = "print(2)"
+    nbformat.write(nb, path)
+    assert [m.split(": ", 1)[1].split(";")[0] for m in nbtools.stale([path])] == [
+        "code cells changed since its stored GPU run"]
 
 
 # --- what makes a stored run stale ---
@@ -156,7 +221,7 @@ def stored_run(path: Path, package: Path) -> Path:
     nb.cells[1].outputs = [new_output("stream", name="stdout", text="0.25\n")]
     nbformat.write(nb, path)
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(package),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(package),
                              "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     return path
@@ -217,7 +282,8 @@ def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path)
                              new_code_cell("from mentor.bench import plot")])
     sources = nbtools.mentor_sources(nb)
     assert sorted(sources) == ["__init__.py", "bench.py", "env.py", "trace.py"]
-    assert sources["env.py"] == nbtools.hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
+    assert sources["env.py"] == nbtools.hashlib.sha256(nbtools.module_fingerprint("PROFILE = 'full'\n").encode()).hexdigest()
+    assert nbtools.mentor_sources(nb, scheme="raw")["env.py"] == nbtools.hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
     launched = new_notebook(cells=[new_code_cell("import subprocess, sys\n"
                                                  "subprocess.run([sys.executable, '-m', 'mentor.worker'])")])
     assert sorted(nbtools.mentor_sources(launched)) == ["__init__.py", "ddp.py", "worker.py"]
@@ -227,7 +293,7 @@ def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path)
 def recorded_run(path: Path) -> Path:
     """Store the metadata gpu-run writes now, with per-module sources, for the notebook at ``path``."""
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
                              "mentor_sources": nbtools.mentor_sources(nb), "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     return path

@@ -319,6 +319,34 @@ def drop_hidden_stderr(nb: NotebookNode) -> int:
     return removed
 
 
+MACHINE_PATH = re.compile(r"(?:/[\w.+-]+)+/(?=site-packages/)")
+"""The machine-specific start of a path into an installed package (``/opt/torch/.venv/lib/python3.12/``)."""
+
+
+def shorten_paths(nb: NotebookNode) -> int:
+    """Cut the machine's own prefix from every path into ``site-packages/`` in the stream outputs and
+    tracebacks of ``nb`` (a warning's ``/opt/x/lib/python3.12/site-packages/torch/a.py:3`` becomes
+    ``site-packages/torch/a.py:3``); returns how many paths were cut.
+
+    >>> from nbformat.v4 import new_code_cell, new_notebook, new_output
+    >>> nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output("stream", name="stderr",
+    ...     text="/opt/t/lib/python3.12/site-packages/torch/a.py:3: UserWarning")])])
+    >>> shorten_paths(nb), nb.cells[0].outputs[0].text
+    (1, 'site-packages/torch/a.py:3: UserWarning')
+    """
+    cut = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "stream":
+                out.text, n = MACHINE_PATH.subn("", "".join(out.text) if isinstance(out.text, list) else out.text)
+                cut += n
+            elif out.get("output_type") == "error":
+                lines = [MACHINE_PATH.subn("", line) for line in out.get("traceback", [])]
+                out.traceback = [line for line, _ in lines]
+                cut += sum(n for _, n in lines)
+    return cut
+
+
 def forbidden(nb: NotebookNode) -> list[str]:
     """Why a notebook's run cannot be trusted: tags that skip or hide errors, %%capture or ``!`` lines."""
     problems = []
@@ -535,6 +563,7 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
             read = {other: _executed(nb_path.parent / other) for other in reads_of(nb_path)}
             seconds = execute_notebook(nb, nb_path.resolve().parent, name, env=env)
             drop_hidden_stderr(nb)
+            shorten_paths(nb)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
                 "executed": executed,

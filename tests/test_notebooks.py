@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -779,7 +781,8 @@ def test_unrenamed_replaces_whole_dotted_names_only() -> None:
 def test_gpu_run_leaves_out_the_stderr_of_cells_tagged_remove_stderr(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A cell tagged remove-stderr keeps its stdout and loses its stderr in the stored run; an untagged cell keeps
-    both; the stored outputs hash is that of what is stored, so check passes."""
+    both, with the machine's prefix cut from a path into site-packages; the stored outputs hash is that of what is
+    stored, so check passes."""
     monkeypatch.setenv("MENTOR_PROFILE", "smoke")
     speak = "import sys\nprint('out')\nprint('/opt/x/site-packages/warn.py:1: Warning', file=sys.stderr)"
     path = write_notebook(tmp_path / "a.ipynb", speak, speak)
@@ -791,7 +794,7 @@ def test_gpu_run_leaves_out_the_stderr_of_cells_tagged_remove_stderr(tmp_path: P
     nb = nbformat.read(path, as_version=4)
     streams = [[(out["name"], out["text"].strip()) for out in cell.outputs] for cell in nb.cells[1:]]
     assert streams == [[("stdout", "out")],
-                       [("stdout", "out"), ("stderr", "/opt/x/site-packages/warn.py:1: Warning")]]
+                       [("stdout", "out"), ("stderr", "site-packages/warn.py:1: Warning")]]
     assert nbtools.stale([path]) == []
 
 
@@ -805,3 +808,88 @@ def test_drop_hidden_stderr_counts_what_it_removed() -> None:
     assert [out["text"] for out in nb.cells[0].outputs] == ["o"]
     assert [out["text"] for out in nb.cells[1].outputs] == ["kept"]
     assert nbtools.drop_hidden_stderr(nb) == 0
+
+
+# --- the code a reader sees fits the book's column ---
+
+_spec = importlib.util.spec_from_file_location("format_cells", REPO / "scripts" / "format_cells.py")
+format_cells = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(format_cells)
+
+RAW_UNTIL_RERUN = {"12_two_gpus.ipynb": "needs two GPUs to be run again (see its waiver)"}
+"""Notebooks whose stored run hashes code as text (no ``hash_scheme``): formatting their cells would make the run
+stale, so they keep their width until they are run again."""
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    """The lines of the fenced code blocks in ``markdown`` (not MyST directives such as ```{note})."""
+    lines, info = [], None
+    for line in markdown.splitlines():
+        fence = re.match(r"^\s*(```+|~~~+)\s*(\S*)", line)
+        if fence:
+            info = fence.group(2) if info is None else None
+            continue
+        if info is not None and not info.startswith("{"):
+            lines.append(line)
+    return lines
+
+
+def test_code_blocks_find_code_not_directives() -> None:
+    text = "```python\nx = 1\n```\n\n```{note}\nprose\n```\n~~~\ny\n~~~\n"
+    assert _code_blocks(text) == ["x = 1", "y"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_visible_code_fits_the_column(notebook: Path) -> None:
+    """The code cells a reader sees, and the code blocks of the prose, are at most LINE_LENGTH columns
+    (scripts/format_cells.py formats them)."""
+    nb = nbformat.read(notebook, as_version=4)
+    blocks = [line for c in nb.cells if c.cell_type == "markdown" for line in _code_blocks(c.source)]
+    too_long = [line for line in blocks if len(line) > format_cells.LINE_LENGTH]
+    scheme = nbtools.stored_scheme(nb.metadata.get("mentor", {}))
+    if notebook.name in RAW_UNTIL_RERUN:
+        assert scheme == "raw", f"{notebook.name} was run again: take it out of RAW_UNTIL_RERUN"
+    else:
+        assert scheme == nbtools.HASH_SCHEME, (f"{notebook.name}: its stored run hashes code as text; run it again "
+                                               "(make gpu-run) before formatting its cells")
+        too_long += [line for c in format_cells.visible_code(nb) for line in format_cells.long_lines(c.source)]
+    assert not too_long, f"{notebook.name}: lines over {format_cells.LINE_LENGTH} columns:\n" + "\n".join(too_long)
+
+
+@pytest.mark.parametrize("page", sorted((REPO / "book").glob("*.md")), ids=lambda p: p.name)
+def test_code_blocks_of_markdown_pages_fit_the_column(page: Path) -> None:
+    too_long = [line for line in _code_blocks(page.read_text()) if len(line) > format_cells.LINE_LENGTH]
+    assert not too_long, f"{page.name}: lines over {format_cells.LINE_LENGTH} columns:\n" + "\n".join(too_long)
+
+
+def test_long_lines_counts_columns() -> None:
+    assert format_cells.long_lines("x" * format_cells.LINE_LENGTH + "\n" + "y" * (format_cells.LINE_LENGTH + 1)) == [
+        "y" * (format_cells.LINE_LENGTH + 1)]
+    nb = new_notebook(cells=[new_code_cell("a"), new_code_cell("b", metadata={"tags": ["remove-input"]}),
+                             new_code_cell("c", metadata={"tags": ["hide-input"]}), new_markdown_cell("d")])
+    assert [c.source for c in format_cells.visible_code(nb)] == ["a", "c"]
+
+
+def test_shorten_paths_cuts_the_machine_prefix_in_streams_and_tracebacks() -> None:
+    warning = "/opt/torch/.venv/lib/python3.12/site-packages/torch/x.py:83: UserWarning: w\n  return f()\n"
+    nb = new_notebook(cells=[
+        new_code_cell("a", outputs=[new_output("stream", name="stderr", text=warning),
+                                    new_output("stream", name="stdout", text="/tmp/a.json saved\n"),
+                                    new_output("error", ename="E", evalue="v", traceback=[
+                                        "File /root/.venv/lib/site-packages/mentor/a.py:1", "plain line"])]),
+        new_markdown_cell("/opt/x/site-packages/ stays in prose")])
+    assert nbtools.shorten_paths(nb) == 2
+    outs = nb.cells[0].outputs
+    assert outs[0].text == "site-packages/torch/x.py:83: UserWarning: w\n  return f()\n"
+    assert outs[1].text == "/tmp/a.json saved\n"  # only paths into site-packages are the machine's
+    assert outs[2].traceback == ["File site-packages/mentor/a.py:1", "plain line"]
+    assert nb.cells[1].source == "/opt/x/site-packages/ stays in prose"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_name_no_path_of_the_gpu_machine(notebook: Path) -> None:
+    """A downloaded notebook carries no path of the machine it ran on (gpu-run shortens them: shorten_paths)."""
+    nb = nbformat.read(notebook, as_version=4)
+    found = [f"cell {i}: {m.group(0)}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
+             for out in c.get("outputs", []) for m in [nbtools.MACHINE_PATH.search(str(out))] if m]
+    assert not found, f"{notebook.name}: " + "; ".join(found)

@@ -14,6 +14,7 @@ One module per job:
 - ``mentor.lab.configs``: the configurations and operating points the chapters compare
 - ``mentor.lab.compare``: the measuring loop: interleaved rounds, sweeps over operating points
 - ``mentor.lab.blocks``: the same in short alternating blocks, for host-bound steps that drift
+- ``mentor.lab.baselines``: cheaper ways to use torchmetrics as it is: grouped, every n steps, buffered
 - ``mentor.lab.across_runs``: the same sweep run several times: what moved between runs and what held
 - ``mentor.lab.regimes``: which regime an operating point is in, measured (GPU idle share, update cost)
 - ``mentor.lab.bench``: the command line, ``python -m mentor.lab.bench``

@@ -164,17 +164,18 @@ def test_step_function_updates_the_metric_inside_with_the_step_values():
     suite, reference = FusedMetrics(10), FusedMetrics(10)
     images, labels = torch.randn(4, 3, 32, 32), torch.tensor([1, 2, 3, 9])
     for mode in ("eager", "default"):
-        loss = step_function(setup, suite, mode, backend="eager")(images, labels)
+        loss, out = step_function(setup, suite, mode, backend="eager")(images, labels)
         with torch.no_grad():
             logits = setup.model(images)
         reference.update(torch.nn.functional.cross_entropy(logits, labels), logits, labels)
         assert loss.requires_grad and torch.allclose(loss, torch.nn.functional.cross_entropy(logits, labels))
+        assert torch.allclose(out, logits)
     for name in ("tp", "fp", "fn", "loss_count", "invalid_labels"):
         assert torch.equal(getattr(suite, name), getattr(reference, name)), name
     assert torch.allclose(suite.loss_sum, reference.loss_sum)
     assert int(suite.loss_count) == 2
     plain = step_function(setup, None, "eager")
-    assert torch.allclose(plain(images, labels), loss) and int(suite.loss_count) == 2  # no metric: untouched
+    assert torch.allclose(plain(images, labels)[0], loss) and int(suite.loss_count) == 2  # no metric: untouched
 
 
 def test_step_function_runs_under_the_setup_autocast_and_compiles_as_asked(monkeypatch):
@@ -246,3 +247,54 @@ def test_inside_costs_refuses_bad_arguments(kwargs, message):
     args = {"rounds": 1, "mode": "eager", **kwargs}
     with pytest.raises(ValueError, match=message):
         inside_costs([TINY], PROFILE, **args)
+
+
+# --- the matrix: updates outside and inside the compiled step, with what dynamo did in each block ---------------
+
+def test_matrix_costs_runs_outside_hooks_with_the_step_values_and_counts_compiles_per_configuration(monkeypatch):
+    from mentor.lab import compiled_loop
+    from mentor.lab.compiled_loop import INSIDE, matrix_costs
+
+    seen, reports = [], []
+
+    def make():
+        return (lambda s: seen.append((s.loss.detach().clone(), s.output.shape))), reports.append
+
+    tick = {"n": 0}
+
+    def counts():  # every read one graph, one break and one skip more than the last
+        tick["n"] += 1
+        return {"graphs": tick["n"], "breaks": 2 * tick["n"], "cudagraph_skips": 3 * tick["n"]}
+
+    monkeypatch.setattr(compiled_loop, "_compile_counts", counts)
+    costs = matrix_costs([TINY], PROFILE, [Config("outside", make)], modes=["eager", "default"], rounds=3, block=3,
+                         settle=1, report_every=2, warmup_rounds=1, seed=2, backend="eager")
+    assert list(costs["tiny"]) == ["eager", "default"]
+    cmp = costs["tiny"]["default"]
+    assert [r.name for r in cmp.results] == ["no metrics", AA, "outside", INSIDE]
+    # the hook ran at every step (settle steps too) of both modes' warm-up and timed blocks: 2 modes x 4 rounds x 3
+    assert len(seen) == 24 and all(shape == (2, 10) and loss.ndim == 0 for loss, shape in seen)
+    # an untimed report after the warm-up, then reports numbered on: 6 timed steps, one due every 2; the third is
+    # due at the last timed step of the last block and waits for a next block, which never comes -> 3 per mode
+    assert reports == [1, 2, 3, 1, 2, 3]
+    assert cmp.settings["report_steps"]["outside"] == cmp.settings["report_steps"][INSIDE]
+    assert set(cmp.settings["hook_ms"]) == {"outside"} and cmp.settings["hook_ms"]["outside"] >= 0
+    # each block reads the counters twice: one more of each between its two reads is attributed to it
+    compiled = cmp.settings["compile"]
+    assert compiled["outside"] == {"warmup": {"graphs": 1, "breaks": 2, "cudagraph_skips": 3},
+                                   "timed": {"graphs": 3, "breaks": 6, "cudagraph_skips": 9}}
+    assert set(compiled) == {"no metrics", AA, "outside", INSIDE}
+
+
+def test_matrix_costs_without_the_inside_configuration_and_its_refusals():
+    from mentor.lab.compiled_loop import INSIDE, matrix_costs
+
+    costs = matrix_costs([TINY], PROFILE, modes=["eager"], inside=False, rounds=1, block=2, settle=0,
+                         report_every=0, warmup_rounds=0)
+    assert [r.name for r in costs["tiny"]["eager"].results] == ["no metrics", AA]
+    with pytest.raises(ValueError, match=r"configuration names must be unique and not \['no metrics', "):
+        matrix_costs([TINY], PROFILE, [Config(INSIDE)], modes=["eager"], rounds=1)
+    with pytest.raises(TypeError, match=r"configs must be a sequence of mentor.lab.configs.Config"):
+        matrix_costs([TINY], PROFILE, ["optimized"], modes=["eager"], rounds=1)
+    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'x'"):
+        matrix_costs([TINY], PROFILE, modes=["eager", "x"], rounds=1)

@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import statistics
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -41,7 +43,7 @@ from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
 from mentor.lab.stats import NOT_COUNTED, Result
-from mentor.lab.train import Setup, _StepClock
+from mentor.lab.train import Setup, Step, StepHook, _StepClock
 
 MODES: dict[str, dict[str, Any] | None] = {
     "eager": None,
@@ -121,8 +123,8 @@ INSIDE = "fused suite, inside"
 """The name of the configuration whose compiled step updates a :class:`mentor.suite.FusedMetrics` inside it."""
 
 def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-overhead",
-                  **compile_options: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``step(images, labels) -> loss``: the forward pass and the loss (under the setup's autocast) and, when
+                  **compile_options: Any) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``step(images, labels) -> (loss, logits)``: the forward pass and the loss (under the setup's autocast) and, when
     ``metric`` is given, ``metric.update(loss, logits, labels)``, compiled as one function as :data:`MODES`
     says (``"eager"``: not compiled). This is the function a reader writes around their model (chapter 14);
     the backward pass and the optimizer step stay outside it.
@@ -132,35 +134,38 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
         >>> from mentor.suite import FusedMetrics
         >>> setup, suite = build_setup(num_classes=10), FusedMetrics(10)
         >>> step = step_function(setup, suite, "eager")
-        >>> loss = step(torch.randn(2, 3, 32, 32), torch.tensor([1, 2]))
-        >>> loss.ndim, int(suite.loss_count)
-        (0, 1)
+        >>> loss, logits = step(torch.randn(2, 3, 32, 32), torch.tensor([1, 2]))
+        >>> loss.ndim, tuple(logits.shape), int(suite.loss_count)
+        (0, (2, 10), 1)
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
     model, criterion, dtype = setup.model, setup.criterion, setup.autocast
     device_type = setup.device.type
 
-    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def step(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cast = contextlib.nullcontext() if dtype is None else torch.autocast(device_type, dtype=dtype)
         with cast:
             logits = model(images)
             loss = criterion(logits, labels)
         if metric is not None:
             metric.update(loss.detach(), logits.detach(), labels)
-        return loss
+        return loss, logits
 
     options = MODES[mode]
     return step if options is None else torch.compile(step, dynamic=False, **options, **compile_options)
 
 
-def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable,
-                steps: int, settle: int, report: Callable[[], None] | None,
-                schedule: ReportSchedule) -> tuple[_StepClock, list[int]]:
+def _time_block(step: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], setup: Setup,
+                batches: Iterable, steps: int, settle: int, report: Callable[[], None] | None,
+                schedule: ReportSchedule, on_step: StepHook | None = None,
+                host_ms: list[float] | None = None) -> tuple[_StepClock, list[int]]:
     """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
     (CUDA events, read with ``durations_ms()`` at the end of the round), and the positions of the timed steps
     that ran ``report``. ``schedule`` (:class:`mentor.lab.blocks.ReportSchedule`) carries the configuration's count
-    of timed steps across blocks and says in which of them ``report`` runs."""
+    of timed steps across blocks and says in which of them ``report`` runs. ``on_step`` runs after each optimizer
+    step, outside the compiled step, with the step's loss and logits; ``host_ms`` collects its host time in the
+    timed steps that do not report (``time.perf_counter``, no sync)."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
@@ -175,12 +180,20 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setu
         setup.optimizer.zero_grad(set_to_none=True)
         if cuda:
             torch.compiler.cudagraph_mark_step_begin()  # each step a new iteration of the CUDA-graph tree
-        step(images, labels).backward()
+        loss, logits = step(images, labels)
+        loss.backward()
         setup.optimizer.step()
+        if on_step is not None:
+            began = time.perf_counter()
+            on_step(Step(index, images, labels, logits, loss, 0.0))
+            spent = 1000.0 * (time.perf_counter() - began)
         if index >= settle:
-            if schedule.after_timed_step(last_in_block=index == settle + steps - 1) and report is not None:
-                report()
+            reported = schedule.after_timed_step(last_in_block=index == settle + steps - 1) and report is not None
+            if reported:
+                report()  # type: ignore[misc]
                 positions.append(index - settle)
+            elif on_step is not None and host_ms is not None:
+                host_ms.append(spent)
             clock.mark()
     return clock, positions
 
@@ -190,34 +203,11 @@ def _synchronize(setup: Setup) -> None:
         torch.cuda.synchronize(setup.device)
 
 
-def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
-                 rounds: int, block: int = 10, settle: int = 2, report_every: int = 50, warmup_rounds: int = 2,
-                 seed: int = 0, **compile_options: Any) -> dict[str, Comparison]:
-    """The cost of updating a :class:`mentor.suite.FusedMetrics` inside the compiled step: ``{point: Comparison}``.
-
-    Three configurations, in chapter 9's block design (``block`` steps per block, ``settle`` of them untimed,
-    a new random order each round, step times read once per round): ``"no metrics"``, the
-    :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
-    :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
-    read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
-    steps (or the next block's first timed step, when that one is the last of its block: the step after a report
-    is always timed). Each point gets a fresh model and ``torch._dynamo.reset()``; ``warmup_rounds`` untimed rounds
-    first take the compiles and CUDA-graph recordings, followed by one untimed report (in a run on the H200
-    the first report was far slower than the later ones; timed, it would have counted as the suite's cost). Syncs are not counted (the update makes none: chapter
-    14's step report); ``settings["hook_ms"]`` is empty, as the update has no hook of its own.
-
-    Example:
-        >>> from mentor.lab.env import get_profile
-        >>> profile = get_profile("smoke").with_(num_classes=10)
-        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=3,
-        ...                      settle=1, report_every=1, warmup_rounds=0)
-        >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
-        (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
-    """
-    from mentor.suite import FusedMetrics
-
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
+def _check_design(mode_list: Sequence[str], rounds: int, block: int, settle: int, report_every: int,
+                  warmup_rounds: int) -> None:
+    unknown = [m for m in mode_list if m not in MODES]
+    if unknown or not mode_list:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {unknown[0] if unknown else mode_list!r}.")
     for label, value, low in (("rounds", rounds, 1), ("block", block, 1), ("settle", settle, 0),
                               ("report_every", report_every, 0), ("warmup_rounds", warmup_rounds, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -228,52 +218,159 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
         raise ValueError(f"block - settle is {block - settle} timed step with report_every={report_every}: a report "
                          "needs a timed step after it in its block; pass a block at least settle + 2 long, "
                          "e.g. block=10, settle=2, or report_every=0.")
-    names = ["no metrics", AA, INSIDE]
-    out: dict[str, Comparison] = {}
+
+
+def _compile_counts() -> dict[str, int]:
+    """Dynamo's and inductor's process-wide counts so far: graphs compiled, graph breaks, CUDA-graph skips."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]), "breaks": int(sum(counters["graph_break"].values())),
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
+
+
+def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequence[Config] = (), *,
+                 modes: Sequence[str] = tuple(MODES), inside: bool = True, rounds: int, block: int = 10,
+                 settle: int = 2, report_every: int = 50, warmup_rounds: int = 2, seed: int = 0,
+                 **compile_options: Any) -> dict[str, dict[str, Comparison]]:
+    """Metric updates against the reader's compiled step: ``{point name: {mode: Comparison}}``.
+
+    At each point and for each mode of :data:`MODES`, the training step (forward and loss, :func:`step_function`)
+    runs eager or compiled, and in one block design (``block`` steps per block, ``settle`` of them untimed, a new
+    random order each round, step times read once per round) it is timed: without metrics (``"no metrics"``, the
+    baseline), again (:data:`AA`), with each of ``configs`` updating after the optimizer step, outside the compiled
+    step (their hooks are made once and kept, their reports run inside a timed step every ``report_every`` timed
+    steps, never the last of a block), and, with ``inside``, with a :class:`mentor.suite.FusedMetrics` updated
+    inside the compiled step (:data:`INSIDE`). Each (point, mode) gets a fresh model and ``torch._dynamo.reset()``;
+    ``warmup_rounds`` untimed rounds first take the compiles and CUDA-graph recordings, then every report runs once,
+    untimed (a first report loads its kernels).
+
+    ``settings["compile"]`` gives, per configuration, what dynamo and inductor did in its blocks: graphs compiled,
+    graph breaks and CUDA-graph skips, in the warm-up (``"warmup"``) and in the timed rounds (``"timed"``: a graph
+    compiled there is a recompile). The counters are process-wide and read between blocks, so a count lands on
+    the configuration whose block ran. ``settings["hook_ms"]``: per outside configuration, the median host time of
+    its update in a timed step without a report. Syncs are not counted here (chapter 9 counts them).
+
+    Example:
+        >>> from mentor.lab.env import get_profile
+        >>> profile = get_profile("smoke").with_(num_classes=10)
+        >>> costs = matrix_costs([OperatingPoint("tiny", 2, 32)], profile, [Config("nothing")], modes=["eager"],
+        ...                      rounds=2, block=3, settle=1, report_every=1, warmup_rounds=0)
+        >>> [r.name for r in costs["tiny"]["eager"].results]
+        ['no metrics', 'no metrics, again', 'nothing', 'fused suite, inside']
+    """
+    from mentor.suite import FusedMetrics
+
+    if not all(isinstance(c, Config) for c in configs):
+        raise TypeError("configs must be a sequence of mentor.lab.configs.Config (the updates outside the step).")
+    _check_design(list(modes), rounds, block, settle, report_every, warmup_rounds)
+    names = ["no metrics", AA, *[c.name for c in configs]] + ([INSIDE] if inside else [])
+    if len(set(names)) != len(names):
+        raise ValueError(f"configuration names must be unique and not {['no metrics', AA, INSIDE]}, got {names}.")
+    out: dict[str, dict[str, Comparison]] = {}
     for point in points:
-        torch._dynamo.reset()
-        setup, batches = point_setup(point, profile)
-        suite = FusedMetrics(profile.num_classes).to(setup.device)
-        plain = step_function(setup, None, mode, **compile_options)
-        steps = {"no metrics": plain, AA: plain, INSIDE: step_function(setup, suite, mode, **compile_options)}
+        out[point.name] = {}
+        for mode in modes:
+            torch._dynamo.reset()
+            setup, batches = point_setup(point, profile)
+            plain = step_function(setup, None, mode, **compile_options)
+            entries: dict[str, tuple[Any, StepHook | None, Callable[[], None] | None]] = {
+                "no metrics": (plain, None, None), AA: (plain, None, None)}
+            for config in configs:
+                on_step, on_report = config.make()
+                counted = {"n": 0}
 
-        def report() -> None:
-            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
-            suite.reset()
+                def report(on_report: Any = on_report, counted: dict = counted) -> None:
+                    counted["n"] += 1
+                    on_report(counted["n"])
 
-        reports = {INSIDE: report}
-        rng = random.Random(seed)
-        per_round: dict[str, list[list[float]]] = {name: [] for name in names}
-        report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
-        orders: list[list[str]] = []
-        for k in range(-warmup_rounds, rounds):
-            if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
-                schedules = {name: ReportSchedule(report_every if name in reports else 0) for name in names}
-                if k == 0 and warmup_rounds and report_every:
-                    _synchronize(setup)
-                    report()  # the first report loads its kernels: untimed, like the compiles
-                suite.reset()
-            order = list(names)
-            rng.shuffle(order)
-            pending = []
-            for name in order:
-                clock, positions = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
-                                               schedules[name])
-                pending.append((name, clock))
-                if k >= 0:
-                    report_steps[name] += [[k, p] for p in positions]
-            durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
-            if k >= 0:
-                orders.append(order)
-                for name, ms in durations:
-                    per_round[name].append(ms)
-        results = [Result(name, "", per_round[name], [], None, None, NOT_COUNTED) for name in names]
-        settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle,
-                        rounds=rounds, report_every=report_every, seed=seed, orders=orders,
-                        report_steps=report_steps, hook_ms={}, mode=mode, warmup_rounds=warmup_rounds)
-        out[point.name] = Comparison(results, baseline="no metrics", batch_size=point.batch_size,
-                                     settings=settings, environment=environment_report())
+                entries[config.name] = (plain, on_step, report if on_report is not None else None)
+            suite = FusedMetrics(profile.num_classes).to(setup.device)
+            if inside:
+                def report_inside() -> None:
+                    torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+                    suite.reset()
+
+                entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), None, report_inside)
+            out[point.name][mode] = _time_matrix(entries, setup, batches, point, mode, rounds=rounds, block=block,
+                                                 settle=settle, report_every=report_every,
+                                                 warmup_rounds=warmup_rounds, seed=seed, suite=suite)
     return out
+
+
+def _time_matrix(entries: dict[str, tuple[Any, StepHook | None, Callable[[], None] | None]], setup: Setup,
+                 batches: Iterable, point: OperatingPoint, mode: str, *, rounds: int, block: int, settle: int,
+                 report_every: int, warmup_rounds: int, seed: int, suite: Any) -> Comparison:
+    names = list(entries)
+    rng = random.Random(seed)
+    per_round: dict[str, list[list[float]]] = {name: [] for name in names}
+    report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
+    host_ms: dict[str, list[float]] = {name: [] for name in names}
+    compiled = {name: {"warmup": dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0),
+                       "timed": dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0)} for name in names}
+    orders: list[list[str]] = []
+    for k in range(-warmup_rounds, rounds):
+        if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
+            schedules = {name: ReportSchedule(report_every if entries[name][2] else 0) for name in names}
+            if k == 0 and warmup_rounds and report_every:
+                _synchronize(setup)
+                for name in names:  # a first report loads its kernels: untimed, like the compiles
+                    if entries[name][2] is not None:
+                        entries[name][2]()
+            suite.reset()
+        order = list(names)
+        rng.shuffle(order)
+        pending = []
+        for name in order:
+            step, on_step, report = entries[name]
+            before = _compile_counts()
+            clock, positions = _time_block(step, setup, batches, block - settle, settle, report, schedules[name],
+                                           on_step, host_ms[name] if k >= 0 else None)
+            after = _compile_counts()
+            phase = compiled[name]["timed" if k >= 0 else "warmup"]
+            for key in phase:
+                phase[key] += after[key] - before[key]
+            pending.append((name, clock))
+            if k >= 0:
+                report_steps[name] += [[k, p] for p in positions]
+        durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
+        if k >= 0:
+            orders.append(order)
+            for name, ms in durations:
+                per_round[name].append(ms)
+    results = [Result(name, "", per_round[name], [], None, None, NOT_COUNTED) for name in names]
+    settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle, rounds=rounds,
+                    report_every=report_every, seed=seed, orders=orders, report_steps=report_steps,
+                    hook_ms={n: statistics.median(v) for n, v in host_ms.items() if v}, mode=mode,
+                    warmup_rounds=warmup_rounds, compile=compiled)
+    return Comparison(results, baseline="no metrics", batch_size=point.batch_size, settings=settings,
+                      environment=environment_report())
+
+
+def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
+                 rounds: int, block: int = 10, settle: int = 2, report_every: int = 50, warmup_rounds: int = 2,
+                 seed: int = 0, **compile_options: Any) -> dict[str, Comparison]:
+    """The cost of updating a :class:`mentor.suite.FusedMetrics` inside the compiled step: ``{point: Comparison}``.
+
+    :func:`matrix_costs` at one ``mode`` with no configuration outside the step: ``"no metrics"``, the
+    :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
+    :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
+    read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
+    steps (or the next block's first timed step, when that one is the last of its block: the step after a report
+    is always timed). After the warm-up rounds the report runs once untimed (in a run on the H200 the first
+    report was far slower than the later ones; timed, it would have counted as the suite's cost).
+
+    Example:
+        >>> from mentor.lab.env import get_profile
+        >>> profile = get_profile("smoke").with_(num_classes=10)
+        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=3,
+        ...                      settle=1, report_every=1, warmup_rounds=0)
+        >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
+        (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
+    """
+    _check_design([mode], rounds, block, settle, report_every, warmup_rounds)
+    costs = matrix_costs(points, profile, (), modes=[mode], rounds=rounds, block=block, settle=settle,
+                         report_every=report_every, warmup_rounds=warmup_rounds, seed=seed, **compile_options)
+    return {name: by_mode[mode] for name, by_mode in costs.items()}
 
 
 def aa_resolved(comparison: Comparison, kind: str = "throughput") -> bool:

@@ -417,3 +417,29 @@ def cost_table(costs: dict[str, dict[str, Comparison]], kind: str = "throughput"
                     text = "unresolved (A/A missed 0: " + text + ")" if result.name == AA else "unresolved"
                 lines.append(f"{point:<12}{mode:<17}{result.name:<21}{text}")
     return "\n".join(lines)
+
+
+def compile_counts_table(costs: dict[str, dict[str, Comparison]]) -> str:
+    """One line per point, mode and configuration of a :func:`matrix_costs` run: graphs compiled, graph breaks and
+    CUDA-graph skips in its blocks, in the warm-up and in the timed rounds (a graph compiled there is a recompile).
+
+    Example:
+        >>> from mentor.lab.stats import Result
+        >>> counts = {"warmup": {"graphs": 2, "breaks": 0, "cudagraph_skips": 0},
+        ...           "timed": {"graphs": 0, "breaks": 0, "cudagraph_skips": 0}}
+        >>> cmp = Comparison([Result("no metrics", "", [[1.0]])], "no metrics", 1,
+        ...                  settings={"compile": {"no metrics": counts}})
+        >>> print(compile_counts_table({"fp32 b32": {"default": cmp}}))
+        point       mode             configuration          warm-up: graphs breaks skips   timed: graphs breaks skips
+        fp32 b32    default          no metrics                           2      0     0               0      0     0
+    """
+    lines = [f"{'point':<12}{'mode':<17}{'configuration':<23}{'warm-up: graphs breaks skips':>28}"
+             f"{'timed: graphs breaks skips':>29}"]
+    for point, by_mode in costs.items():
+        for mode, comparison in by_mode.items():
+            for name, phases in comparison.settings.get("compile", {}).items():
+                cells = "".join(f"{phases[phase][key]:>{w}}" for phase in ("warmup", "timed")
+                                for key, w in (("graphs", 15 if phase == "warmup" else 16), ("breaks", 7),
+                                               ("cudagraph_skips", 6)))
+                lines.append(f"{point:<12}{mode:<17}{name:<23}{cells}")
+    return "\n".join(lines)

@@ -108,3 +108,43 @@ def test_bad_inputs_are_named():
     buffer.push(torch.tensor(1.0), torch.randn(2, C), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match=r"holds steps of logits \(2, 5\) and labels \(2,\); got \(3, 5\) and \(3,\)"):
         buffer.push(torch.tensor(1.0), torch.randn(3, C), torch.tensor([0, 1, 2]))
+
+
+def _made_metrics(config: Config):
+    """The LossAndScores a configuration's step hook updates (in the hook's closure, or the buffer's)."""
+    on_step, _ = config.make()
+    for cell in on_step.__closure__ or ():
+        value = cell.cell_contents
+        if hasattr(value, "scores"):
+            return value
+        if hasattr(value, "metrics"):
+            return value.metrics
+    raise AssertionError("no metric set in the hook")
+
+
+@pytest.mark.parametrize("make", [lambda: grouped_config(7, "meta"), lambda: buffered_config(7, "meta", 3),
+                                  lambda: fair_baselines(7, "meta")[0], lambda: fair_baselines(7, "meta")[2]])
+def test_the_metrics_are_made_on_the_device_and_with_the_classes_asked_for(make):
+    ms = _made_metrics(make())
+    assert ms.loss.mean_value.device.type == "meta"
+    assert all(m.num_classes == 7 for m in ms.scores.values())
+
+
+def test_descriptions_say_what_each_baseline_does():
+    grouped, every, buffered = fair_baselines(C, "cpu", n=4)
+    assert grouped.description == ("the optimized set in a MetricCollection with torchmetrics' default "
+                                   "compute_groups=True (accuracy, precision, recall and F1 share one update)")
+    assert every.description == "optimized, updated at one step in 4 only: a sample of the steps, not the same values"
+    assert buffered.description == ("the optimized set, its inputs buffered on the device and updated once every 4 "
+                                    "steps (and at each report): the same values in fewer updates")
+
+
+def test_a_change_of_labels_alone_is_refused_and_a_bad_set_named():
+    from mentor.lab.metric_sets import metric_set
+
+    buffer = DeviceBuffer(metric_set("optimized", num_classes=C), n=3)
+    buffer.push(torch.tensor(1.0), torch.randn(2, C), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"got \(2, 5\) and \(1, 2\)"):
+        buffer.push(torch.tensor(1.0), torch.randn(2, C), torch.tensor([[0, 1]]))
+    with pytest.raises(TypeError, match=r"LossAndScores \(metric_set\(\.\.\.\)\), not object\.$"):
+        DeviceBuffer(object(), 2)  # type: ignore[arg-type]

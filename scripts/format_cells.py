@@ -31,7 +31,11 @@ def visible_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 
 def format_source(source: str, line_length: int = LINE_LENGTH) -> str:
     """``source`` as black formats a notebook cell (unchanged when black has nothing to change)."""
-    import black
+    try:
+        import black
+    except ImportError as error:
+        raise SystemExit("scripts/format_cells.py needs black with its notebook support, which the book's "
+                         "requirements leave out: python -m pip install 'black[jupyter]'") from error
 
     try:
         return black.format_cell(source, fast=False, mode=black.Mode(line_length=line_length))

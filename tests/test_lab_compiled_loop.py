@@ -274,9 +274,10 @@ def test_matrix_costs_runs_outside_hooks_with_the_step_values_and_counts_compile
     assert [r.name for r in cmp.results] == ["no metrics", AA, "outside", INSIDE]
     # the hook ran at every step (settle steps too) of both modes' warm-up and timed blocks: 2 modes x 4 rounds x 3
     assert len(seen) == 24 and all(shape == (2, 10) and loss.ndim == 0 for loss, shape in seen)
-    # an untimed report after the warm-up, then reports numbered on: 6 timed steps, one due every 2; the third is
-    # due at the last timed step of the last block and waits for a next block, which never comes -> 3 per mode
-    assert reports == [1, 2, 3, 1, 2, 3]
+    # an untimed report after the warm-up (step 0), then, as in compare_blocks, each report gets the count of timed
+    # steps: 2 timed steps a block, one due every 2, so each falls on a block's last timed step and runs at the next
+    # block's first (3, 5); the one due at 6 waits for a block that never comes
+    assert reports == [0, 3, 5, 0, 3, 5]
     assert cmp.settings["report_steps"]["outside"] == cmp.settings["report_steps"][INSIDE]
     assert set(cmp.settings["hook_ms"]) == {"outside"} and cmp.settings["hook_ms"]["outside"] >= 0
     # each block reads the counters twice: one more of each between its two reads is attributed to it

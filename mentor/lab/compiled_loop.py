@@ -32,18 +32,17 @@ import contextlib
 import dataclasses
 import random
 import statistics
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from mentor.lab.blocks import ReportSchedule, compare_blocks
+from mentor.lab.blocks import ReportSchedule, _Counted, compare_blocks
 from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
 from mentor.lab.stats import NOT_COUNTED, Result
-from mentor.lab.train import Setup, Step, StepHook, _StepClock
+from mentor.lab.train import Setup, Step, _StepClock
 
 MODES: dict[str, dict[str, Any] | None] = {
     "eager": None,
@@ -157,20 +156,16 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
 
 
 def _time_block(step: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], setup: Setup,
-                batches: Iterable, steps: int, settle: int, report: Callable[[], None] | None,
-                schedule: ReportSchedule, on_step: StepHook | None = None,
-                host_ms: list[float] | None = None) -> tuple[_StepClock, list[int]]:
+                batches: Iterable, steps: int, settle: int, hook: _Counted) -> _StepClock:
     """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
-    (CUDA events, read with ``durations_ms()`` at the end of the round), and the positions of the timed steps
-    that ran ``report``. ``schedule`` (:class:`mentor.lab.blocks.ReportSchedule`) carries the configuration's count
-    of timed steps across blocks and says in which of them ``report`` runs. ``on_step`` runs after each optimizer
-    step, outside the compiled step, with the step's loss and logits; ``host_ms`` collects its host time in the
-    timed steps that do not report (``time.perf_counter``, no sync)."""
+    (CUDA events, read with ``durations_ms()`` at the end of the round). After each optimizer step, outside the
+    compiled step, ``hook`` (:class:`mentor.lab.blocks._Counted`, as in :func:`mentor.lab.blocks.compare_blocks`)
+    gets the step's loss and logits: it updates, reports inside the timed steps its schedule says, and times its
+    host span."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
     clock = _StepClock(setup.device)
-    positions: list[int] = []
     for index in range(settle + steps):
         if index == settle:
             clock.mark()
@@ -183,19 +178,10 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor,
         loss, logits = step(images, labels)
         loss.backward()
         setup.optimizer.step()
-        if on_step is not None:
-            began = time.perf_counter()
-            on_step(Step(index, images, labels, logits, loss, 0.0))
-            spent = 1000.0 * (time.perf_counter() - began)
+        hook(Step(index, images, labels, logits, loss, 0.0))
         if index >= settle:
-            reported = schedule.after_timed_step(last_in_block=index == settle + steps - 1) and report is not None
-            if reported:
-                report()  # type: ignore[misc]
-                positions.append(index - settle)
-            elif on_step is not None and host_ms is not None:
-                host_ms.append(spent)
             clock.mark()
-    return clock, positions
+    return clock
 
 
 def _synchronize(setup: Setup) -> None:
@@ -273,75 +259,72 @@ def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Se
             torch._dynamo.reset()
             setup, batches = point_setup(point, profile)
             plain = step_function(setup, None, mode, **compile_options)
-            entries: dict[str, tuple[Any, StepHook | None, Callable[[], None] | None]] = {
-                "no metrics": (plain, None, None), AA: (plain, None, None)}
-            for config in configs:
-                on_step, on_report = config.make()
-                counted = {"n": 0}
-
-                def report(on_report: Any = on_report, counted: dict = counted) -> None:
-                    counted["n"] += 1
-                    on_report(counted["n"])
-
-                entries[config.name] = (plain, on_step, report if on_report is not None else None)
-            suite = FusedMetrics(profile.num_classes).to(setup.device)
+            entries = {"no metrics": (plain, Config("no metrics")), AA: (plain, Config(AA))}
+            entries |= {c.name: (plain, c) for c in configs}
+            suite = None
             if inside:
-                def report_inside() -> None:
-                    torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
-                    suite.reset()
+                suite = FusedMetrics(profile.num_classes).to(setup.device)
 
-                entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), None, report_inside)
+                def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
+                    def report(_: int) -> None:
+                        torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+                        suite.reset()
+
+                    return None, report
+
+                entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), Config(INSIDE, make))
             out[point.name][mode] = _time_matrix(entries, setup, batches, point, mode, rounds=rounds, block=block,
                                                  settle=settle, report_every=report_every,
                                                  warmup_rounds=warmup_rounds, seed=seed, suite=suite)
     return out
 
 
-def _time_matrix(entries: dict[str, tuple[Any, StepHook | None, Callable[[], None] | None]], setup: Setup,
-                 batches: Iterable, point: OperatingPoint, mode: str, *, rounds: int, block: int, settle: int,
-                 report_every: int, warmup_rounds: int, seed: int, suite: Any) -> Comparison:
+def _time_matrix(entries: dict[str, tuple[Any, Config]], setup: Setup, batches: Iterable, point: OperatingPoint,
+                 mode: str, *, rounds: int, block: int, settle: int, report_every: int, warmup_rounds: int,
+                 seed: int, suite: Any | None) -> Comparison:
     names = list(entries)
     rng = random.Random(seed)
+    hooks = {name: _Counted(config, report_every, settle, block - settle) for name, (_, config) in entries.items()}
     per_round: dict[str, list[list[float]]] = {name: [] for name in names}
     report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
-    host_ms: dict[str, list[float]] = {name: [] for name in names}
-    compiled = {name: {"warmup": dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0),
-                       "timed": dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0)} for name in names}
+    compiled = {name: {phase: dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0)
+                       for phase in ("warmup", "timed")} for name in names}
     orders: list[list[str]] = []
     for k in range(-warmup_rounds, rounds):
-        if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
-            schedules = {name: ReportSchedule(report_every if entries[name][2] else 0) for name in names}
-            if k == 0 and warmup_rounds and report_every:
+        if k == 0 and warmup_rounds:  # the warm-up is over: count and time afresh, with the same metrics
+            if report_every:
                 _synchronize(setup)
-                for name in names:  # a first report loads its kernels: untimed, like the compiles
-                    if entries[name][2] is not None:
-                        entries[name][2]()
+                for hook in hooks.values():  # a first report loads its kernels: untimed, like the compiles
+                    if hook.on_report is not None:
+                        hook.on_report(0)
+            for hook in hooks.values():
+                hook.schedule, hook.host_ms, hook.report_at = ReportSchedule(hook.schedule.every), [], []
+        if k <= 0 and suite is not None:
             suite.reset()
         order = list(names)
         rng.shuffle(order)
         pending = []
         for name in order:
-            step, on_step, report = entries[name]
-            before = _compile_counts()
-            clock, positions = _time_block(step, setup, batches, block - settle, settle, report, schedules[name],
-                                           on_step, host_ms[name] if k >= 0 else None)
+            hook, before, reported = hooks[name], _compile_counts(), len(hooks[name].report_at)
+            clock = _time_block(entries[name][0], setup, batches, block - settle, settle, hook)
             after = _compile_counts()
             phase = compiled[name]["timed" if k >= 0 else "warmup"]
             for key in phase:
                 phase[key] += after[key] - before[key]
             pending.append((name, clock))
             if k >= 0:
-                report_steps[name] += [[k, p] for p in positions]
+                report_steps[name] += [[k, p] for p in hook.report_at[reported:]]
         durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
         if k >= 0:
             orders.append(order)
             for name, ms in durations:
                 per_round[name].append(ms)
-    results = [Result(name, "", per_round[name], [], None, None, NOT_COUNTED) for name in names]
+    results = [Result(name, entries[name][1].description, per_round[name], [], None, None, NOT_COUNTED)
+               for name in names]
+    hook_ms = {name: statistics.median(h.host_ms) for name, h in hooks.items() if h.on_step is not None and h.host_ms}
     settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle, rounds=rounds,
-                    report_every=report_every, seed=seed, orders=orders, report_steps=report_steps,
-                    hook_ms={n: statistics.median(v) for n, v in host_ms.items() if v}, mode=mode,
-                    warmup_rounds=warmup_rounds, compile=compiled)
+                    report_every=report_every, seed=seed, orders=orders, report_steps=report_steps, hook_ms=hook_ms,
+                    mode=mode, warmup_rounds=warmup_rounds, compile=compiled)
     return Comparison(results, baseline="no metrics", batch_size=point.batch_size, settings=settings,
                       environment=environment_report())
 
@@ -367,7 +350,6 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
         >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
         (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
     """
-    _check_design([mode], rounds, block, settle, report_every, warmup_rounds)
     costs = matrix_costs(points, profile, (), modes=[mode], rounds=rounds, block=block, settle=settle,
                          report_every=report_every, warmup_rounds=warmup_rounds, seed=seed, **compile_options)
     return {name: by_mode[mode] for name, by_mode in costs.items()}

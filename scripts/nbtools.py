@@ -131,6 +131,94 @@ def _is_doc(node: ast.AST) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
+HASH_SCHEME = "ast-1"
+"""How ``gpu-run`` hashes code now, stored as ``metadata.mentor.hash_scheme``. ``ast-1`` hashes each cell's and
+each module's syntax tree, so that comments, line breaks and the layout of code (and, in ``mentor`` modules,
+docstrings and other bare strings, which run no code) do not make a stored run stale; a cell's magic lines and
+whether it ends in ``;`` (which hides its value) still count. A run stored without ``hash_scheme`` was hashed
+as text (``raw``): it is checked that way until it is run again. Line numbers do not count either, so a
+warning or traceback stored in an output may quote a line number that has since moved."""
+
+
+def _tree_text(node: Any) -> str:
+    """A syntax tree as text, with no line numbers and no empty fields (so Python 3.11 to 3.13 agree)."""
+    if isinstance(node, ast.JoinedStr):  # f-string pieces: Python 3.12 keeps empty ones and splits some
+        values: list[Any] = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                if values and isinstance(values[-1], str):
+                    values[-1] += value.value
+                elif value.value:
+                    values.append(value.value)
+            else:
+                values.append(value)
+        return "JoinedStr(" + ", ".join(repr(v) if isinstance(v, str) else _tree_text(v) for v in values if v != "") + ")"
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None or value == []:
+                continue
+            fields.append(f"{name}={_tree_text(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_tree_text(item) for item in node) + "]"
+    return repr(node)
+
+
+def _without_bare_strings(tree: ast.AST) -> ast.AST:
+    """``tree`` with every bare string statement (docstrings too) dropped; a body left empty gets ``pass``."""
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and any(_is_doc(item) for item in body):
+                kept = [item for item in body if not _is_doc(item)]
+                setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+    return tree
+
+
+def cell_fingerprint(source: str) -> str:
+    r"""What of a code cell's ``source`` can change what it does: its syntax tree, magic lines and a final ``;``.
+
+    >>> cell_fingerprint("x = f(1,  2)  # a comment") == cell_fingerprint("x = f(\n    1, 2\n)")
+    True
+    >>> cell_fingerprint("x") == cell_fingerprint("x;")
+    False
+    """
+    magics = MAGIC_LINE.findall(source)
+    code = MAGIC_LINE.sub("", source)
+    try:
+        tree = _tree_text(ast.parse(code))
+    except SyntaxError:
+        return "text:" + "\n".join(line.rstrip() for line in source.splitlines())
+    return "\n".join(magics) + "\n" + tree + ("\n;" if _ends_in_semicolon(code) else "")
+
+
+def _ends_in_semicolon(code: str) -> bool:
+    """Whether the last token of ``code`` (comments and line ends aside) is ``;``, which hides the cell's value."""
+    import io
+    import tokenize
+
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type not in skip]
+    except (tokenize.TokenError, SyntaxError):
+        return code.rstrip().endswith(";")
+    return bool(tokens) and tokens[-1].string == ";"
+
+
+def module_fingerprint(text: str) -> str:
+    r"""What of a ``mentor`` module's ``text`` can change what it does: its syntax tree without bare strings.
+
+    >>> module_fingerprint("def f():\n    'Doc.'\n    return 1  # one") == module_fingerprint("def f():\n    return 1")
+    True
+    """
+    try:
+        return _tree_text(_without_bare_strings(ast.parse(text)))
+    except SyntaxError:
+        return "text:" + text
+
+
 def imported_modules(source: str, module: str = "") -> set[str]:
     """Dotted names of the ``mentor`` modules that Python ``source`` may import.
 
@@ -172,7 +260,7 @@ def _module_file(name: str, package: Path) -> Path | None:
     return None
 
 
-def mentor_sources(nb: NotebookNode, package: Path | None = None) -> dict[str, str]:
+def mentor_sources(nb: NotebookNode, package: Path | None = None, scheme: str = HASH_SCHEME) -> dict[str, str]:
     """SHA-256 of each ``mentor`` file that ``nb``'s code imports, directly or through other modules.
 
     Keys are paths relative to the package (``bench.py``); the package's ``__init__.py`` is included
@@ -191,8 +279,19 @@ def mentor_sources(nb: NotebookNode, package: Path | None = None) -> dict[str, s
         pending.append(name.rpartition(".")[0] if "." in name else name)  # the parent package runs first
         pending.extend(imported_modules(path.read_text(), module=name if path.name != "__init__.py" else name + ".x"))
     files = {_module_file(name, package) for name in seen}
-    return {str(path.relative_to(package)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(f for f in files if f is not None)}
+    return {str(path.relative_to(package)): _file_hash(path, scheme) for path in sorted(f for f in files if f is not None)}
+
+
+def _file_hash(path: Path, scheme: str) -> str:
+    """SHA-256 of a module: of its :func:`module_fingerprint` (``ast-1``) or of its bytes (``raw``)."""
+    if scheme == "raw":
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(module_fingerprint(path.read_text(encoding="utf-8")).encode()).hexdigest()
+
+
+def stored_scheme(meta: dict) -> str:
+    """The :data:`HASH_SCHEME` a stored run's hashes were made with: ``raw`` when it records none."""
+    return meta.get("hash_scheme", "raw")
 
 
 def outputs_hash(nb: NotebookNode) -> str:
@@ -218,6 +317,34 @@ def drop_hidden_stderr(nb: NotebookNode) -> int:
         removed += len(cell.get("outputs", [])) - len(kept)
         cell.outputs = kept
     return removed
+
+
+MACHINE_PATH = re.compile(r"(?:/[\w.+-]+)+/(?=site-packages/)")
+"""The machine-specific start of a path into an installed package (``/opt/torch/.venv/lib/python3.12/``)."""
+
+
+def shorten_paths(nb: NotebookNode) -> int:
+    """Cut the machine's own prefix from every path into ``site-packages/`` in the stream outputs and
+    tracebacks of ``nb`` (a warning's ``/opt/x/lib/python3.12/site-packages/torch/a.py:3`` becomes
+    ``site-packages/torch/a.py:3``); returns how many paths were cut.
+
+    >>> from nbformat.v4 import new_code_cell, new_notebook, new_output
+    >>> nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output("stream", name="stderr",
+    ...     text="/opt/t/lib/python3.12/site-packages/torch/a.py:3: UserWarning")])])
+    >>> shorten_paths(nb), nb.cells[0].outputs[0].text
+    (1, 'site-packages/torch/a.py:3: UserWarning')
+    """
+    cut = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if out.get("output_type") == "stream":
+                out.text, n = MACHINE_PATH.subn("", "".join(out.text) if isinstance(out.text, list) else out.text)
+                cut += n
+            elif out.get("output_type") == "error":
+                lines = [MACHINE_PATH.subn("", line) for line in out.get("traceback", [])]
+                out.traceback = [line for line, _ in lines]
+                cut += sum(n for _, n in lines)
+    return cut
 
 
 def forbidden(nb: NotebookNode) -> list[str]:
@@ -255,14 +382,18 @@ def figures_without_images(nb: NotebookNode) -> list[str]:
     return problems
 
 
-def code_hash(nb: NotebookNode) -> str:
-    """SHA-256 of the code cells' sources (trailing whitespace stripped); outputs, metadata and markdown don't count."""
+def code_hash(nb: NotebookNode, scheme: str = HASH_SCHEME) -> str:
+    """SHA-256 of the code cells: of their :func:`cell_fingerprint` (``ast-1``), or of their sources with trailing
+    whitespace stripped (``raw``); outputs, metadata and markdown don't count."""
     cells = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         source = "".join(cell.source) if isinstance(cell.source, list) else cell.source
-        cells.append("\n".join(line.rstrip() for line in source.splitlines()))
+        if scheme == "raw":
+            cells.append("\n".join(line.rstrip() for line in source.splitlines()))
+        else:
+            cells.append(cell_fingerprint(source))
     return hashlib.sha256(CELL_SEPARATOR.join(cells).encode()).hexdigest()
 
 
@@ -432,10 +563,12 @@ def gpu_run(notebooks: Sequence[Path]) -> list[tuple[str, float]]:
             read = {other: _executed(nb_path.parent / other) for other in reads_of(nb_path)}
             seconds = execute_notebook(nb, nb_path.resolve().parent, name, env=env)
             drop_hidden_stderr(nb)
+            shorten_paths(nb)
             nb.metadata["mentor"] = {
                 "provenance": environment_report(),
                 "executed": executed,
                 "duration_s": round(seconds, 3),
+                "hash_scheme": HASH_SCHEME,
                 "code_sha256": code_hash(nb),
                 "mentor_sha256": mentor_hash(),
                 "mentor_sources": mentor_sources(nb),
@@ -505,11 +638,12 @@ def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> 
                             f"run it first: make gpu-run NB={name}")
     renames = _check_renames(name, renames or {})
     others = [r for r in _run_reasons(nb, meta) if not r.startswith(_SOURCES_CHANGED)
-              and not (r == _CODE_CHANGED and renames and code_hash(unrenamed(nb, renames)) == meta["code_sha256"])]
+              and not (r == _CODE_CHANGED and renames
+                       and code_hash(unrenamed(nb, renames), stored_scheme(meta)) == meta["code_sha256"])]
     if others:
         raise WaiverRefused(f"{name}: a waiver accepts a change of mentor modules only, and this run also "
                             f"{'; '.join(others)}; rerun it: make gpu-run NB={name}")
-    current = mentor_sources(nb)
+    current = mentor_sources(nb, scheme=stored_scheme(meta))
     modules = changed_modules(meta["mentor_sources"], current)
     if not modules:
         raise WaiverRefused(f"{name}: the mentor modules it imports are unchanged since its stored run: "
@@ -519,7 +653,7 @@ def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> 
               "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
               "accepts": sources_digest(current), "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     if renames:
-        if code_hash(nb) == meta["code_sha256"]:
+        if code_hash(nb, stored_scheme(meta)) == meta["code_sha256"]:
             raise WaiverRefused(f"{name}: its code cells do not use the renamed modules "
                                 f"({', '.join(f'{old} -> {new}' for old, new in renames.items())}): leave --rename out")
         waiver["renames"] = renames
@@ -578,11 +712,11 @@ def _run_reasons(nb: NotebookNode, meta: dict, package: str | None = None) -> li
     if meta.get("code_sha256") is None:
         reasons.append("has no stored GPU run (metadata.mentor.code_sha256 is missing)")
         return reasons
-    if meta["code_sha256"] != code_hash(nb):
+    if meta["code_sha256"] != code_hash(nb, stored_scheme(meta)):
         reasons.append(_CODE_CHANGED)
     recorded = meta.get("mentor_sources")
     if recorded is not None:
-        changed = changed_modules(recorded, mentor_sources(nb))
+        changed = changed_modules(recorded, mentor_sources(nb, scheme=stored_scheme(meta)))
         if changed:
             reasons.append(f"{_SOURCES_CHANGED} ({', '.join('mentor/' + f for f in changed)})")
     elif meta.get("mentor_sha256") != (mentor_hash() if package is None else package):
@@ -608,11 +742,11 @@ def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -
             return reasons + ["carries a waiver, but the mentor modules it imports are unchanged since its stored "
                               "run: remove metadata.mentor.waiver"]
         return reasons
-    current = mentor_sources(nb)
+    current = mentor_sources(nb, scheme=stored_scheme(meta))
     if (waiver.get("accepts") == sources_digest(current)
             and waiver.get("modules") == changed_modules(meta["mentor_sources"], current)):
         renames = waiver.get("renames") or {}
-        renamed_only = bool(renames) and code_hash(unrenamed(nb, renames)) == meta.get("code_sha256")
+        renamed_only = bool(renames) and code_hash(unrenamed(nb, renames), stored_scheme(meta)) == meta.get("code_sha256")
         return [r for r in reasons if r not in sources and not (r == _CODE_CHANGED and renamed_only)]
     return [r + f", and its waiver ({waiver.get('reason')!r}) accepts another change (waive this one with "
             f"python scripts/nbtools.py waive {name} --reason ...)" if r in sources else r for r in reasons]

@@ -1,5 +1,5 @@
 """mentor.lab.blocks: short alternating blocks, with a fake train() whose step times are set per configuration and a
-fake clock for the hooks' host time, so that every value is exact; sweep_blocks, and drift."""
+fake clock for the hooks' host time, so that every value is exact; and sweep_blocks."""
 
 from dataclasses import asdict
 
@@ -116,10 +116,36 @@ def test_reports_come_every_n_timed_steps_inside_a_timed_step(fake, cpu):
     clock, _ = fake
     m = Recorder("m", clock)
     cmp = blocks.compare_blocks([Recorder("none", clock, report=False).config(), m.config()], cpu, batches(),
-                                rounds=4, block=4, settle=1, report_every=4)
-    # 3 timed steps per block: timed steps 4, 8, 12 are round 1 position 0, round 2 position 1, round 3 position 2
-    assert m.reports == [4, 8, 12]
-    assert cmp.settings["report_steps"] == {"none": [], "m": [[1, 0], [2, 1], [3, 2]]}
+                                rounds=5, block=4, settle=1, report_every=4)
+    # 3 timed steps per block: timed steps 4 and 8 are round 1 position 0 and round 2 position 1; timed step 12
+    # is round 3's last (position 2), so its report waits for the next timed step, round 4 position 0 (step 13)
+    assert m.reports == [4, 8, 13]
+    assert cmp.settings["report_steps"] == {"none": [], "m": [[1, 0], [2, 1], [4, 0]]}
+
+
+def test_a_report_never_falls_on_the_last_timed_step_of_a_block(fake, cpu):
+    """Whatever the block and the rate, the step after every report is a timed step of the same block: reports due
+    at a block's last timed step run at the next block's first, and reports due together run once."""
+    clock, _ = fake
+    for block, settle, every in ((3, 1, 1), (3, 1, 2), (10, 2, 50), (10, 2, 4), (5, 0, 5)):
+        m = Recorder("m", clock)
+        rounds = 60
+        cmp = blocks.compare_blocks([m.config()], cpu, batches(), rounds=rounds, block=block, settle=settle,
+                                    report_every=every)
+        timed = block - settle
+        positions = [p for _, p in cmp.settings["report_steps"]["m"]]
+        assert positions and max(positions) <= timed - 2, (block, settle, every)
+        # each report runs at the first timed step, not the last of its block, at or after the step that made it due
+        due = [t for t in range(1, rounds * timed + 1) if t % every == 0]
+        runnable = [t for t in range(1, rounds * timed + 1) if (t - 1) % timed != timed - 1]
+        expected = sorted({min(r for r in runnable if r >= t) for t in due if t <= max(runnable)})
+        assert m.reports == expected, (block, settle, every)
+
+
+def test_reports_need_two_timed_steps_per_block(cpu):
+    with pytest.raises(ValueError, match=r"block - settle is 1 timed step with report_every=5: a report needs a "
+                                         r"timed step after it in its block; pass a block at least settle \+ 2 long"):
+        blocks.compare_blocks([Config("a")], cpu, batches(), rounds=1, block=3, settle=2, report_every=5)
 
 
 def test_hook_ms_is_the_median_host_time_of_the_non_report_steps(fake, cpu):
@@ -129,7 +155,8 @@ def test_hook_ms_is_the_median_host_time_of_the_non_report_steps(fake, cpu):
     cmp = blocks.compare_blocks([cheap.config(), dear.config(), Config("bare")], cpu, batches(), rounds=2,
                                 block=3, settle=1, report_every=2)
     assert cmp.settings["hook_ms"] == {"cheap": 250.0, "dear": 500.0, "bare": 0.0}
-    assert cheap.reports == [2, 4] and len(cheap.steps) == 6
+    # 2 timed steps per block: the reports due at timed steps 2 and 4 (each a block's last) run at 3 and never
+    assert cheap.reports == [3] and len(cheap.steps) == 6
 
 
 def test_orders_are_shuffled_per_round_from_the_seed(fake, cpu):
@@ -156,7 +183,7 @@ def test_settings_record_the_defaults(fake, cpu):
     cmp = blocks.compare_blocks([Config("a")], cpu, batches(), rounds=1)
     assert cmp.settings == {"design": "blocks", "block": 10, "settle": 2, "steps": 8, "warmup": 2, "rounds": 1,
                             "report_every": 50, "sync_steps": 5, "seed": 0, "orders": [["a"]],
-                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}, "warmup_rounds": 0}
     assert cmp["a"].round_step_ms == [[10.0] * 8]
 
 
@@ -166,7 +193,7 @@ def test_settings_record_the_values_given(fake, cpu):
                                 sync_steps=1, seed=3)
     assert cmp.settings == {"design": "blocks", "block": 3, "settle": 1, "steps": 2, "warmup": 1, "rounds": 2,
                             "report_every": 7, "sync_steps": 1, "seed": 3, "orders": [["a"], ["a"]],
-                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}}
+                            "report_steps": {"a": []}, "hook_ms": {"a": 0.0}, "warmup_rounds": 0}
 
 
 def test_every_block_trains_the_given_setup_and_batches(fake, cpu):
@@ -204,47 +231,14 @@ def test_results_keep_the_description_and_the_counted_syncs(fake, cpu, monkeypat
         ("a", "bare loop", 0.0, None, None), ("b", "with metrics", 2.0, 3, None)]
 
 
-def test_hook_ms_is_none_when_every_timed_step_reports(fake, cpu):
-    # report_every=1: each timed step is a report step, so no step's host time is kept
+def test_hook_ms_keeps_the_last_step_of_each_block_when_every_step_is_due(fake, cpu):
+    # report_every=1: every timed step is due, but the last of each block never reports, so its host time is kept
     clock, _ = fake
     m = Recorder("m", clock, cost=0.25)
     cmp = blocks.compare_blocks([m.config()], cpu, batches(), rounds=2, block=3, settle=1, report_every=1)
-    assert m.reports == [1, 2, 3, 4]
-    assert cmp.settings["hook_ms"] == {"m": None}
-    assert cmp.settings["report_steps"] == {"m": [[0, 0], [0, 1], [1, 0], [1, 1]]}
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(rounds=0), "rounds must be an int >= 1, got 0."),
-    (dict(rounds=2, block=0), "block must be an int >= 1, got 0."),
-    (dict(rounds=2, block=3, settle=3),
-     "settle (3) must be smaller than block (3): a block needs a timed step; e.g. block=10, settle=2."),
-    (dict(rounds=2, settle=-1), "settle must be an int >= 0, got -1."),
-    (dict(rounds=2, report_every=True), "report_every must be an int >= 0, got True."),
-    (dict(rounds=2, sync_steps=0), "sync_steps must be an int >= 1, got 0."),
-    (dict(rounds=2, seed="x"), "seed must be an int (it seeds random.Random for the run order), got 'x'."),
-])
-def test_bad_settings_are_named(kwargs, message, cpu):
-    # the whole message: the setting's name, the bound and the value given
-    with pytest.raises(ValueError) as err:
-        blocks.compare_blocks([Config("a")], cpu, batches(), **kwargs)
-    assert str(err.value) == message
-
-
-def test_bad_configs_are_named(cpu):
-    with pytest.raises(TypeError) as err:
-        blocks.compare_blocks([], cpu, batches(), rounds=1)
-    assert str(err.value) == "configs must be a non-empty sequence of mentor.lab.configs.Config."
-    with pytest.raises(ValueError) as err:
-        blocks.compare_blocks([Config("a"), Config("a")], cpu, batches(), rounds=1)
-    assert str(err.value) == "configuration names must be unique, got ['a', 'a']."
-    with pytest.raises(TypeError) as err:
-        blocks.compare_blocks([Config("a")], "cuda", batches(), rounds=1)
-    assert str(err.value) == "setup must be a mentor.lab.train.Setup from build_setup(), not str."
-    with pytest.raises(ValueError) as err:
-        blocks.compare_blocks([Config("a", batches=[1])], cpu, batches(), rounds=1)
-    assert str(err.value) == ("compare_blocks runs every configuration on the same batches; configs with their own "
-                              "batches need mentor.lab.compare.compare.")
+    assert m.reports == [1, 3]
+    assert cmp.settings["hook_ms"] == {"m": 250.0}
+    assert cmp.settings["report_steps"] == {"m": [[0, 0], [1, 0]]}
 
 
 @gpu
@@ -329,26 +323,19 @@ def test_sweep_and_sweep_blocks_build_each_point_through_point_setup_and_record_
         assert [cmp.settings for cmp in out.values()] == [{"kind": kind, "point": asdict(p)} for p in points]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# drift
-
-
-def test_drift_means_whole_windows_only():
-    assert blocks.drift([1.0, 3.0, 2.0, 6.0, 9.0], window=2) == [2.0, 4.0]
-    assert blocks.drift([5.0, 7.0], window=2) == [6.0]
-    with pytest.raises(ValueError) as err:
-        blocks.drift([1.0, 2.0], window=3)
-    assert str(err.value) == "step_ms has 2 steps, fewer than one window of 3: pass more steps or a smaller window."
-    with pytest.raises(ValueError) as err:
-        blocks.drift([1.0], window=0)
-    assert str(err.value) == "window must be an int >= 1, got 0."
-
-
-def test_drift_default_window_is_50():
-    # 50 ones, 50 threes, then 49 sevens (a partial window, dropped)
-    assert blocks.drift([1.0] * 50 + [3.0] * 50 + [7.0] * 49) == [1.0, 3.0]
-
-
-def test_drift_averages_in_float64():
-    # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
-    assert blocks.drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]
+def test_warmup_rounds_run_with_the_same_hooks_and_are_not_recorded(fake, cpu):
+    """Two warm-up rounds, then two timed ones: the hooks are made once and see every step; only the timed
+    rounds' step times, reports (counted from the end of the warm-up) and orders are recorded."""
+    clock, _ = fake
+    m = Recorder("m", clock, ms=[1.0, 2.0, 3.0, 4.0])
+    cmp = blocks.compare_blocks([m.config()], cpu, batches(), rounds=2, block=3, settle=1, report_every=2,
+                                warmup_rounds=2)
+    assert m.made == 1 and len(m.steps) == 12
+    assert cmp["m"].round_step_ms == [[3.0, 3.0], [4.0, 4.0]]
+    # warm-up: reports due at timed steps 2 (last of its block: deferred) and 4 (deferred again) run at 3;
+    # after the warm-up the count restarts: the report due at the 2nd timed step is deferred to the 3rd
+    assert m.reports == [3, 3]
+    assert cmp.settings["report_steps"] == {"m": [[1, 0]]} and len(cmp.settings["orders"]) == 2
+    assert cmp.settings["warmup_rounds"] == 2
+    with pytest.raises(ValueError, match=r"warmup_rounds must be an int >= 0, got -1"):
+        blocks.compare_blocks([m.config()], cpu, batches(), rounds=1, warmup_rounds=-1)

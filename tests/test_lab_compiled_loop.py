@@ -109,9 +109,10 @@ def test_loop_costs_defaults_and_what_it_passes_on(monkeypatch):
         ([(c.name, c.description) for c in configs], setup, batches, kw)) or len(calls))
     out = loop_costs([TINY], PROFILE, [Config("none")], modes=["reduce-overhead"], rounds=3, backend="eager")
     aa = (AA, "the baseline again: an A/A comparison, whose interval must contain 0")
+    # the warm-up reports every 7 timed steps: due before the last of a block's 8, so once in every block
     assert calls == [
         ([("none", ""), aa], "setup of tiny", "batches",
-         {"rounds": 2, "block": 10, "settle": 2, "report_every": 8, "count_syncs": False, "seed": 0}),
+         {"rounds": 2, "block": 10, "settle": 2, "report_every": 7, "count_syncs": False, "seed": 0}),
         ([("none", ""), aa], "setup of tiny", "batches",
          {"rounds": 3, "block": 10, "settle": 2, "report_every": 50, "count_syncs": True, "seed": 0})]
     calls.clear()
@@ -163,17 +164,18 @@ def test_step_function_updates_the_metric_inside_with_the_step_values():
     suite, reference = FusedMetrics(10), FusedMetrics(10)
     images, labels = torch.randn(4, 3, 32, 32), torch.tensor([1, 2, 3, 9])
     for mode in ("eager", "default"):
-        loss = step_function(setup, suite, mode, backend="eager")(images, labels)
+        loss, out = step_function(setup, suite, mode, backend="eager")(images, labels)
         with torch.no_grad():
             logits = setup.model(images)
         reference.update(torch.nn.functional.cross_entropy(logits, labels), logits, labels)
         assert loss.requires_grad and torch.allclose(loss, torch.nn.functional.cross_entropy(logits, labels))
+        assert torch.allclose(out, logits)
     for name in ("tp", "fp", "fn", "loss_count", "invalid_labels"):
         assert torch.equal(getattr(suite, name), getattr(reference, name)), name
     assert torch.allclose(suite.loss_sum, reference.loss_sum)
     assert int(suite.loss_count) == 2
     plain = step_function(setup, None, "eager")
-    assert torch.allclose(plain(images, labels), loss) and int(suite.loss_count) == 2  # no metric: untouched
+    assert torch.allclose(plain(images, labels)[0], loss) and int(suite.loss_count) == 2  # no metric: untouched
 
 
 def test_step_function_runs_under_the_setup_autocast_and_compiles_as_asked(monkeypatch):
@@ -208,20 +210,22 @@ def test_inside_costs_times_three_configurations_and_reports_inside_timed_steps(
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     original = FusedMetrics.compute
     monkeypatch.setattr(FusedMetrics, "compute", lambda self: computes.append(int(self.loss_count)) or original(self))
-    costs = inside_costs([TINY, OperatingPoint("tiny2", 3, 32)], PROFILE, mode="default", rounds=3, block=3,
+    costs = inside_costs([TINY, OperatingPoint("tiny2", 3, 32)], PROFILE, mode="default", rounds=4, block=3,
                          settle=1, report_every=3, warmup_rounds=1, seed=5, backend="eager")
     assert list(costs) == ["tiny", "tiny2"] and len(resets) == 2
     cmp = costs["tiny"]
     assert [r.name for r in cmp.results] == ["no metrics", AA, INSIDE] and cmp.baseline == "no metrics"
-    assert cmp.rounds == 3 and all(len(ms) == 2 for r in cmp.results for ms in r.round_step_ms)
+    assert cmp.rounds == 4 and all(len(ms) == 2 for r in cmp.results for ms in r.round_step_ms)
     assert cmp.batch_size == 2 and costs["tiny2"].batch_size == 3
-    # 6 timed steps per configuration: reports complete the 3rd and the 6th, at block positions 0 and 1 ...
-    assert cmp.settings["report_steps"] == {"no metrics": [], AA: [], INSIDE: [[1, 0], [2, 1]]}
+    # 2 timed steps per block: the report due at the 3rd timed step runs there (round 1, position 0); the one due
+    # at the 6th, the last of round 2's block, waits for the next timed step (round 3, position 0), so that the
+    # step after a report is always timed
+    assert cmp.settings["report_steps"] == {"no metrics": [], AA: [], INSIDE: [[1, 0], [3, 0]]}
     # one untimed report after the warm-up round (its block: 3 updates, settle steps update too); then the first
-    # timed report reads 3 + 2 updates (two blocks) and the second, after its reset, 1 + 3
-    assert computes[:3] == [3, 5, 4]
-    assert cmp.settings["rounds"] == 3 and cmp.settings["mode"] == "default" and cmp.settings["hook_ms"] == {}
-    assert len(cmp.settings["orders"]) == 3 and all(sorted(o) == sorted(["no metrics", AA, INSIDE])
+    # timed report reads 3 + 2 updates (two blocks) and the second, after its reset, 1 + 3 + 2
+    assert computes[:3] == [3, 5, 6]
+    assert cmp.settings["rounds"] == 4 and cmp.settings["mode"] == "default" and cmp.settings["hook_ms"] == {}
+    assert len(cmp.settings["orders"]) == 4 and all(sorted(o) == sorted(["no metrics", AA, INSIDE])
                                                     for o in cmp.settings["orders"])
     assert all(r.syncs_per_step is None and r.syncs_note == "not counted" for r in cmp.results)
 
@@ -234,6 +238,8 @@ def test_inside_costs_times_three_configurations_and_reports_inside_timed_steps(
     ({"report_every": -1}, "report_every must be an int >= 0, got -1."),
     ({"warmup_rounds": 1.5}, "warmup_rounds must be an int >= 0, got 1.5."),
     ({"block": 2, "settle": 2}, r"settle \(2\) must be smaller than block \(2\): a block needs a timed step."),
+    ({"block": 3, "settle": 2, "report_every": 4}, r"block - settle is 1 timed step with report_every=4: a report "
+                                                   r"needs a timed step after it in its block"),
 ])
 def test_inside_costs_refuses_bad_arguments(kwargs, message):
     from mentor.lab.compiled_loop import inside_costs
@@ -241,3 +247,55 @@ def test_inside_costs_refuses_bad_arguments(kwargs, message):
     args = {"rounds": 1, "mode": "eager", **kwargs}
     with pytest.raises(ValueError, match=message):
         inside_costs([TINY], PROFILE, **args)
+
+
+# --- the matrix: updates outside and inside the compiled step, with what dynamo did in each block ---------------
+
+def test_matrix_costs_runs_outside_hooks_with_the_step_values_and_counts_compiles_per_configuration(monkeypatch):
+    from mentor.lab import compiled_loop
+    from mentor.lab.compiled_loop import INSIDE, matrix_costs
+
+    seen, reports = [], []
+
+    def make():
+        return (lambda s: seen.append((s.loss.detach().clone(), s.output.shape))), reports.append
+
+    tick = {"n": 0}
+
+    def counts():  # every read one graph, one break and one skip more than the last
+        tick["n"] += 1
+        return {"graphs": tick["n"], "breaks": 2 * tick["n"], "cudagraph_skips": 3 * tick["n"]}
+
+    monkeypatch.setattr(compiled_loop, "_compile_counts", counts)
+    costs = matrix_costs([TINY], PROFILE, [Config("outside", make)], modes=["eager", "default"], rounds=3, block=3,
+                         settle=1, report_every=2, warmup_rounds=1, seed=2, backend="eager")
+    assert list(costs["tiny"]) == ["eager", "default"]
+    cmp = costs["tiny"]["default"]
+    assert [r.name for r in cmp.results] == ["no metrics", AA, "outside", INSIDE]
+    # the hook ran at every step (settle steps too) of both modes' warm-up and timed blocks: 2 modes x 4 rounds x 3
+    assert len(seen) == 24 and all(shape == (2, 10) and loss.ndim == 0 for loss, shape in seen)
+    # an untimed report after the warm-up (step 0), then, as in compare_blocks, each report gets the count of timed
+    # steps: 2 timed steps a block, one due every 2, so each falls on a block's last timed step and runs at the next
+    # block's first (3, 5); the one due at 6 waits for a block that never comes
+    assert reports == [0, 3, 5, 0, 3, 5]
+    assert cmp.settings["report_steps"]["outside"] == cmp.settings["report_steps"][INSIDE]
+    assert set(cmp.settings["hook_ms"]) == {"outside"} and cmp.settings["hook_ms"]["outside"] >= 0
+    # each block reads the counters twice: one more of each between its two reads is attributed to it
+    compiled = cmp.settings["compile"]
+    assert compiled["outside"] == {"warmup": {"graphs": 1, "breaks": 2, "cudagraph_skips": 3},
+                                   "timed": {"graphs": 3, "breaks": 6, "cudagraph_skips": 9}}
+    assert set(compiled) == {"no metrics", AA, "outside", INSIDE}
+
+
+def test_matrix_costs_without_the_inside_configuration_and_its_refusals():
+    from mentor.lab.compiled_loop import INSIDE, matrix_costs
+
+    costs = matrix_costs([TINY], PROFILE, modes=["eager"], inside=False, rounds=1, block=2, settle=0,
+                         report_every=0, warmup_rounds=0)
+    assert [r.name for r in costs["tiny"]["eager"].results] == ["no metrics", AA]
+    with pytest.raises(ValueError, match=r"configuration names must be unique and not \['no metrics', "):
+        matrix_costs([TINY], PROFILE, [Config(INSIDE)], modes=["eager"], rounds=1)
+    with pytest.raises(TypeError, match=r"configs must be a sequence of mentor.lab.configs.Config"):
+        matrix_costs([TINY], PROFILE, ["optimized"], modes=["eager"], rounds=1)
+    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'x'"):
+        matrix_costs([TINY], PROFILE, modes=["eager", "x"], rounds=1)

@@ -492,3 +492,87 @@ def test_stored_runs_table_keeps_a_name_that_just_fits_whole() -> None:
            for n in (fits, over)}
     assert row[fits] == fits + "  2026-12-01 01:02      5.0  abc" and len(row[fits]) == 80 - 9
     assert row[over] == "o" * 34 + ".ipy…  2026-12-01 01:02      5.0  abc"
+
+
+# --- cells marked '# needs CUDA: ...' (skip_without_cuda) and the transformer chapter_run installs ---
+
+_SKIP_SYNC_COUNTS = (
+    "print('[smoke profile on cpu] sync counts need a CUDA device: skipped here. The stored book shows the GPU run.')\n"
+)
+
+
+def test_skip_without_cuda_replaces_a_marked_cell_on_the_cpu():
+    from mentor.lab.env import skip_without_cuda
+
+    lines = ["\n", "# needs CUDA: sync counts\n", "x = 1 / 0\n"]
+    assert skip_without_cuda(lines, get_profile("smoke")) == [_SKIP_SYNC_COUNTS]
+    # what it prints is the same line needs_cuda prints
+    namespace = {}
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_SKIP_SYNC_COUNTS, namespace)
+        needs_cuda(get_profile("smoke"), "sync counts")
+    first, second = out.getvalue().splitlines()
+    assert first == second
+
+
+def test_skip_without_cuda_keeps_unmarked_cells_and_every_cell_on_cuda():
+    from mentor.lab.env import skip_without_cuda
+
+    plain = ["x = 1\n", "# needs CUDA: not on the first line\n"]
+    assert skip_without_cuda(plain, get_profile("smoke")) == plain
+    marked = ["# needs CUDA: sync counts\n", "x = 1\n"]
+    cuda = get_profile("smoke").with_(device=torch.device("cuda"))
+    assert skip_without_cuda(marked, cuda) == marked
+    assert skip_without_cuda([], get_profile("smoke")) == []
+
+
+def test_skip_without_cuda_asks_what_needs_cuda_and_for_a_profile():
+    from mentor.lab.env import skip_without_cuda
+
+    with pytest.raises(ValueError, match=r"must say what needs CUDA, e.g. '# needs CUDA: sync counts'"):
+        skip_without_cuda(["# needs CUDA:   \n"], get_profile("smoke"))
+    with pytest.raises(TypeError, match=r"mentor.lab.env.Profile \(from get_profile\(\)\), not str"):
+        skip_without_cuda(["x\n"], "smoke")  # type: ignore[arg-type]
+
+
+class _Shell:
+    def __init__(self):
+        self.input_transformers_post = [len]
+
+
+def test_chapter_run_installs_the_skipper_on_the_cpu_and_finish_removes_it(monkeypatch):
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: None)
+    monkeypatch.delenv(PROFILE_VARIABLE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    shell = _Shell()
+    monkeypatch.setattr(env, "_ipython", lambda: shell)
+    run = env.chapter_run()
+    assert shell.input_transformers_post[0] is len and len(shell.input_transformers_post) == 2
+    skipper = shell.input_transformers_post[1]
+    assert skipper(["# needs CUDA: sync counts\n"]) == [_SKIP_SYNC_COUNTS]
+    assert skipper(["x = 1\n"]) == ["x = 1\n"]
+    run.finish()
+    assert shell.input_transformers_post == [len]
+    run.finish()  # a second finish leaves the shell alone
+    assert shell.input_transformers_post == [len]
+
+
+def test_chapter_run_installs_nothing_on_cuda_or_outside_ipython(monkeypatch):
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: None)
+    full_on_cuda = dataclasses.replace(get_profile("smoke"), name="full", device=torch.device("cuda", 0))
+    monkeypatch.setattr(env, "get_profile", lambda: full_on_cuda)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    shell = _Shell()
+    monkeypatch.setattr(env, "_ipython", lambda: shell)
+    assert env.chapter_run().skipper is None and shell.input_transformers_post == [len]
+    monkeypatch.setattr(env, "get_profile", lambda: get_profile("smoke"))
+    monkeypatch.setattr(env, "_ipython", lambda: None)
+    assert env.chapter_run().skipper is None

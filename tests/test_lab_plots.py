@@ -481,10 +481,10 @@ def test_plot_scalars_lays_out_a_grid_of_ncols(close_figures):
     scalars = {f"t{i}": [(1, float(i)), (2, float(i) + 1)] for i in range(5)}
     axes = plot_scalars(scalars)
     fig = axes[0].figure
-    assert len(axes) == 5 and len(fig.axes) == 5  # the sixth cell of the 2 x 3 grid is removed
-    assert [ax.get_subplotspec().rowspan.start for ax in axes] == [0, 0, 0, 1, 1]
-    assert [ax.get_subplotspec().colspan.start for ax in axes] == [0, 1, 2, 0, 1]
-    assert tuple(fig.get_size_inches()) == (3.2 * 3, 2.7 * 2)
+    assert len(axes) == 5 and len(fig.axes) == 5  # the sixth cell of the 3 x 2 grid is removed
+    assert [ax.get_subplotspec().rowspan.start for ax in axes] == [0, 0, 1, 1, 2]
+    assert [ax.get_subplotspec().colspan.start for ax in axes] == [0, 1, 0, 1, 0]
+    assert tuple(float(x) for x in fig.get_size_inches()) == (4.0, 2.0 * 3)  # phone width, 2 inches a row
     assert len(plot_scalars(scalars, ncols=5)[0].figure.axes) == 5
     with pytest.raises(ValueError, match="ncols must be an int >= 1, got 0"):
         plot_scalars(scalars, ncols=0)

@@ -19,11 +19,22 @@ from mentor.syncs import sync_guard
 LOSSES = [0.5, 0.25, 0.125, 1.0, 2.0, 0.75]
 
 
-def run(name: str, losses: list[float] = LOSSES, every: int = 2):
-    hook, reads = pattern_hooks(name, every=every)
-    for i, loss in enumerate(losses):
-        hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+def loop(name: str, steps: list[tuple[int, float]], every: int = 2, reached: list[int] | None = None):
+    """Run a pattern's hooks as a training loop does: ``on_step`` on each (step index, loss) pair, as given, and
+    ``on_report`` after every ``every`` of them; ``reached`` collects the index of each step begun."""
+    on_step, on_report, reads = pattern_hooks(name)
+    for count, (i, loss) in enumerate(steps, start=1):
+        if reached is not None:
+            reached.append(i)
+        if on_step is not None:
+            on_step(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+        if on_report is not None and count % every == 0:
+            on_report(count)
     return reads
+
+
+def run(name: str, losses: list[float] = LOSSES, every: int = 2):
+    return loop(name, list(enumerate(losses)), every)
 
 
 @pytest.mark.parametrize("name", ["item() every step", "float() in a logger", "deferred readback"])
@@ -47,8 +58,28 @@ def test_print_formats_each_step() -> None:
 
 
 def test_no_reads_has_no_hook() -> None:
-    hook, reads = pattern_hooks("no reads")
-    assert hook is None and reads.values == []
+    on_step, on_report, reads = pattern_hooks("no reads")
+    assert on_step is None and on_report is None and reads.values == []
+
+
+@pytest.mark.parametrize("name, on_step, on_report", [
+    ("item() every step", True, False), ("print every step", True, False), ("float() in a logger", True, False),
+    ("NaN check every step", True, False), ("deferred readback", True, False),
+    ("item() every N steps", True, True), ("one copy every N steps", True, True),
+])
+def test_only_the_every_n_patterns_read_in_the_report(name: str, on_step: bool, on_report: bool) -> None:
+    step, report, _ = pattern_hooks(name)
+    assert (callable(step), callable(report)) == (on_step, on_report) and (report is None) == (not on_report)
+
+
+@pytest.mark.parametrize("name", ["item() every N steps", "one copy every N steps"])
+def test_a_report_with_no_step_since_the_last_reads_nothing(name: str) -> None:
+    on_step, on_report, reads = pattern_hooks(name)
+    on_report(0)
+    on_step(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
+    on_report(1)
+    on_report(1)
+    assert reads.values == [(0, 0.5)]
 
 
 @pytest.mark.parametrize("name, fires_at", [
@@ -58,12 +89,9 @@ def test_nan_checks_fire_with_the_step_that_holds_the_nan(name: str, fires_at: i
     """A NaN at step 2: the per-step checks see it at once; the coalesced copy counts it on the device and
     raises at the end of its window (step 3, every=2)."""
     losses = [0.5, 0.25, math.nan, 1.0, 2.0]
-    hook, _ = pattern_hooks(name, every=2)
-    reached = []
+    reached: list[int] = []
     with pytest.raises(NonFiniteLoss, match=rf"^the loss of step {fires_at} is NaN or infinite$"):
-        for i, loss in enumerate(losses):
-            reached.append(i)
-            hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+        loop(name, list(enumerate(losses)), every=2, reached=reached)
     assert reached[-1] == fires_at
 
 
@@ -78,7 +106,7 @@ def test_the_deferred_check_fires_when_the_nan_arrives(monkeypatch: pytest.Monke
     monkeypatch.setattr(readback, "_defers", lambda device: True)
     monkeypatch.setattr(readback, "_pinned_buffer", fake.buffer)
     monkeypatch.setattr(readback, "_record_event", lambda: FakeEvent(fake.events))
-    hook, reads = pattern_hooks("deferred readback")
+    hook, _, reads = pattern_hooks("deferred readback")
     losses = [0.5, math.nan, 1.0, 2.0]
     for i, loss in enumerate(losses[:3]):
         hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
@@ -91,33 +119,35 @@ def test_the_deferred_check_fires_when_the_nan_arrives(monkeypatch: pytest.Monke
 
 
 def test_read_configs_are_bench_configs_in_order() -> None:
-    configs = read_configs(every=5)
+    configs = read_configs()
     assert [c.name for c in configs] == list(READ_PATTERNS)
-    assert configs[5].description == "loss.item() and the NaN check every 5 steps only (a NaN in between is missed)"
+    assert configs[5].description == "loss.item() and the NaN check at each report only (a NaN in between is missed)"
     assert configs[0].make() == (None, None)
     on_step, on_report = configs[1].make()
     assert callable(on_step) and on_report is None
+    on_step, on_report = configs[6].make()
+    assert callable(on_step) and callable(on_report)
 
 
-def test_read_configs_run_in_a_comparison() -> None:
-    from mentor.lab.compare import compare
+def test_read_configs_run_in_a_block_comparison_with_reports() -> None:
+    from mentor.lab.blocks import compare_blocks
     from mentor.lab.data import device_batches
     from mentor.lab.train import build_setup
 
     setup = build_setup(num_classes=10)
-    cmp = compare(read_configs(every=2), setup, device_batches(2, 32, 10), steps=2, warmup=1, rounds=1,
-                  progress=False)
+    cmp = compare_blocks(read_configs(), setup, device_batches(2, 32, 10), rounds=2, block=3, settle=1,
+                         report_every=1)
     assert [r.name for r in cmp.results] == list(READ_PATTERNS)
+    reporting = {"item() every N steps", "one copy every N steps"}
+    assert {n for n, steps in cmp.settings["report_steps"].items() if steps} == reporting
+    assert all(cmp.settings["report_steps"][n] == [[0, 0], [1, 0]] for n in reporting)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: pattern_hooks("tqdm"), r"unknown read pattern 'tqdm': pass one of"),
-    (lambda: pattern_hooks("item() every N steps", every=0), r"every must be a whole number of steps >= 1, not 0"),
-    (lambda: read_configs(["no reads"], every=1.5), r"every must be a whole number of steps >= 1, not 1.5"),
-])
-def test_bad_arguments_are_refused(call, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        call()
+def test_an_unknown_pattern_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown read pattern 'tqdm': pass one of"):
+        pattern_hooks("tqdm")
+    with pytest.raises(ValueError, match=r"unknown read pattern 'tqdm': pass one of"):
+        read_configs(["no reads", "tqdm"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
@@ -190,11 +220,8 @@ def test_the_stale_read_demo_sleeps_then_copies_and_reads_before_and_after_the_e
 
 
 def run_at(name: str, steps: list[tuple[int, float]], every: int = 2):
-    """Run a pattern's hook on (step index, loss) pairs, as given."""
-    hook, reads = pattern_hooks(name, every=every)
-    for i, loss in steps:
-        hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
-    return reads
+    """Run a pattern's hooks on (step index, loss) pairs, as given, with a report after every ``every`` of them."""
+    return loop(name, steps, every)
 
 
 @pytest.mark.parametrize("name", ["item() every step", "float() in a logger"])
@@ -214,7 +241,7 @@ def test_the_patterns_label_reads_with_the_step_index_they_are_given() -> None:
     steps = [(10, 0.5), (11, 0.25), (12, 4.0)]
     for name in ["item() every step", "float() in a logger", "deferred readback"]:
         assert run_at(name, steps).values == steps, name
-    assert run_at("item() every N steps", steps).values == [(11, 0.25)]  # (11 + 1) % 2 == 0
+    assert run_at("item() every N steps", steps).values == [(11, 0.25)]  # the report after the second step
 
 
 def test_the_deferred_pattern_tells_new_readings_by_their_step_not_their_value() -> None:
@@ -227,7 +254,7 @@ def test_pattern_hooks_fill_the_reads_they_are_given() -> None:
     from mentor.lab.read_patterns import Reads
 
     mine = Reads(values=[(-1, 9.0)])
-    hook, reads = pattern_hooks("item() every step", reads=mine)
+    hook, _, reads = pattern_hooks("item() every step", reads=mine)
     hook(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
     assert reads is mine and mine.values == [(-1, 9.0), (0, 0.5)]
 
@@ -240,30 +267,19 @@ def test_item_every_n_checks_the_sampled_loss_and_names_its_step(loss: float) ->
     assert str(raised.value) == "the loss of step 1 is NaN or infinite"
 
 
-def test_every_one_is_accepted_and_reads_each_step() -> None:
+def test_a_report_every_step_reads_each_step() -> None:
     assert run("item() every N steps", [0.5, 0.25], every=1).values == [(0, 0.5), (1, 0.25)]
     assert run("one copy every N steps", [0.5, 0.25], every=1).values == [(0, 0.5), (1, 0.25)]
-    assert [c.description for c in read_configs(["item() every N steps"], every=1)] == [
-        "loss.item() and the NaN check every 1 steps only (a NaN in between is missed)"]
 
 
-def test_every_defaults_to_ten_steps() -> None:
-    """pattern_hooks and read_configs both read every 10 steps by default: steps 9 and 19 of 20."""
-    hook, reads = pattern_hooks("item() every N steps")
-    for i in range(20):
-        hook(SimpleNamespace(index=i, loss=torch.tensor(float(i))))
-    assert reads.values == [(9, 9.0), (19, 19.0)]
-    (config,) = read_configs(["one copy every N steps"])
-    assert config.description.endswith("read in one torch.stack(...).cpu() every 10 steps")
-
-
-def test_read_configs_make_hooks_with_their_every() -> None:
-    """The config's hook checks every 2 steps: a NaN at step 1 raises at step 1 (every 10 would not read it)."""
-    (config,) = read_configs(["item() every N steps"], every=2)
-    hook, _ = config.make()
-    hook(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
+def test_read_configs_make_hooks_that_check_at_the_report() -> None:
+    """The config's report checks the newest loss: a NaN at step 1 raises at the report after it, naming step 1."""
+    (config,) = read_configs(["item() every N steps"])
+    on_step, on_report = config.make()
+    on_step(SimpleNamespace(index=0, loss=torch.tensor(0.5)))
+    on_step(SimpleNamespace(index=1, loss=torch.tensor(math.nan)))
     with pytest.raises(NonFiniteLoss, match=r"^the loss of step 1 is NaN or infinite$"):
-        hook(SimpleNamespace(index=1, loss=torch.tensor(math.nan)))
+        on_report(2)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -276,19 +292,21 @@ def test_read_configs_make_hooks_with_their_every() -> None:
     ("item() every N steps", 2), ("one copy every N steps", 2), ("deferred readback", 0),
 ])
 def test_read_patterns_sync_as_their_names_say(name, syncs):
-    hook, reads = pattern_hooks(name, every=2)
+    on_step, on_report, reads = pattern_hooks(name)
     losses = torch.rand(4, device="cuda") + 0.5
     steps = [SimpleNamespace(index=i, loss=losses[i]) for i in range(4)]
     with sync_guard() as report:
-        for step in steps:
-            if hook is not None:
-                hook(step)
+        for count, step in enumerate(steps, start=1):
+            if on_step is not None:
+                on_step(step)
+            if on_report is not None and count % 2 == 0:
+                on_report(count)
     assert report.count == syncs, report.table()
 
 
 @gpu
 def test_print_of_a_cuda_loss_syncs_every_step():
-    hook, reads = pattern_hooks("print every step")
+    hook, _, reads = pattern_hooks("print every step")
     losses = torch.rand(4, device="cuda")
     with sync_guard() as report:
         for i in range(4):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from exact import whole
-from mentor.lab.stats import RESAMPLES, Interval, Result, paired_overhead
+from mentor.lab.stats import RESAMPLES, Interval, Result, drift, paired_overhead
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -245,3 +245,28 @@ def test_paired_overhead_of_one_round_is_a_point_without_an_interval():
 def test_paired_overhead_refuses_bad_input_with_the_whole_message(rounds, base, kwargs, message):
     with pytest.raises(ValueError, match=whole(message)):
         paired_overhead(rounds, base, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# drift
+
+
+def test_drift_means_whole_windows_only():
+    assert drift([1.0, 3.0, 2.0, 6.0, 9.0], window=2) == [2.0, 4.0]
+    assert drift([5.0, 7.0], window=2) == [6.0]
+    with pytest.raises(ValueError) as err:
+        drift([1.0, 2.0], window=3)
+    assert str(err.value) == "step_ms has 2 steps, fewer than one window of 3: pass more steps or a smaller window."
+    with pytest.raises(ValueError) as err:
+        drift([1.0], window=0)
+    assert str(err.value) == "window must be an int >= 1, got 0."
+
+
+def test_drift_default_window_is_50():
+    # 50 ones, 50 threes, then 49 sevens (a partial window, dropped)
+    assert drift([1.0] * 50 + [3.0] * 50 + [7.0] * 49) == [1.0, 3.0]
+
+
+def test_drift_averages_in_float64():
+    # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
+    assert drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]

@@ -4,6 +4,7 @@ small, and a module's ``if __name__ == "__main__":`` block comes after everythin
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,27 @@ def test_lab_modules_that_locate_the_repository_find_its_root(monkeypatch):
     monkeypatch.delenv(releases.SITE_VARIABLE, raising=False)
     expected = REPO / ".venv" / "torchmetrics-1.6.1"
     assert releases.old_release_site() == (expected if (expected / "torchmetrics" / "__init__.py").is_file() else None)
+
+
+def test_the_labs_docstring_lists_every_lab_module_once():
+    """mentor.lab's docstring is the lab's table of contents: one line per module, none missing, none stale."""
+    import mentor.lab
+
+    listed = re.findall(r"^- ``mentor\.lab\.(\w+)``: \S", mentor.lab.__doc__, flags=re.M)
+    modules = sorted(p.stem for p in (PACKAGE / "lab").glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == modules, f"listed but missing: {set(listed) - set(modules)}; not listed: {set(modules) - set(listed)}"
+
+
+def test_the_api_page_documents_every_module_once():
+    """book/api.md is where the chapters' {py:func} links land: every module of mentor (library and lab) has
+    one automodule there, so that a link to a new module's function resolves instead of failing the build."""
+    page = (REPO / "book" / "api.md").read_text(encoding="utf-8")
+    documented = re.findall(r"^\.\. automodule:: (mentor[\w.]*)$", page, flags=re.M)
+    modules = sorted(
+        ".".join(("mentor", *p.relative_to(PACKAGE).with_suffix("").parts))
+        for p in PACKAGE.rglob("*.py")
+        if p.stem != "__init__" and not p.stem.startswith("_")
+    )
+    assert len(documented) == len(set(documented)), f"documented twice: {sorted(documented)}"
+    assert sorted(documented) == modules, (f"documented but missing: {set(documented) - set(modules)}; "
+                                           f"not documented: {set(modules) - set(documented)}")

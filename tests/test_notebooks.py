@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -79,7 +81,7 @@ def test_check_stale_and_fresh(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert f"refresh it with: make gpu-run NB={path}" in capsys.readouterr().out
 
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
                              "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     assert nbtools.main(["check", str(path)]) == 0
@@ -136,7 +138,7 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     nb = nbformat.read(first, as_version=4)
     assert nb.cells[1].outputs[0]["text"].split() == ["smoke", str(tmp_path.resolve())]
     stored = nb.metadata["mentor"]
-    assert set(stored) == {"provenance", "executed", "duration_s", "code_sha256", "mentor_sha256", "mentor_sources",
+    assert set(stored) == {"provenance", "executed", "duration_s", "hash_scheme", "code_sha256", "mentor_sha256", "mentor_sources",
                            "outputs_sha256"}
     assert stored["mentor_sources"] == {}  # the notebook imports nothing from mentor
     assert stored["mentor_sha256"] == nbtools.mentor_hash()
@@ -145,6 +147,71 @@ def test_gpu_run_stores_outputs_and_provenance(tmp_path: Path, monkeypatch: pyte
     assert "torch" in stored["provenance"]
     assert nbformat.read(last, as_version=4).cells[1].outputs[0]["text"].strip() == stored["code_sha256"]
     assert nbtools.stale([first, last]) == []
+
+
+# --- the hash scheme: code layout, comments and docstrings do not make a run stale; a run stored as text stays so ---
+
+
+def test_cell_fingerprint_ignores_layout_and_comments_but_not_code() -> None:
+    same = ["x = f(1, 'ab')", "x = f(  1,\n  'a' 'b',  # split\n)\n", "# note\nx = f(1, 'ab')  # why"]
+    assert len({nbtools.cell_fingerprint(s) for s in same}) == 1
+    fstrings = ['print(f"{a:>{w}} and {b!r}")', 'print(\n    f"{a:>{w}}"\n    f" and {b!r}"\n)']
+    assert nbtools.cell_fingerprint(fstrings[0]) == nbtools.cell_fingerprint(fstrings[1])
+    other = ["x = f(1, 'abc')", "x = f(2, 'ab')", "y = f(1, 'ab')", "x = f(1, 'ab');", "%time x = f(1, 'ab')",
+             "x = f(1, 'ab')\n'shown'"]
+    assert len({nbtools.cell_fingerprint(s) for s in same[:1] + other}) == 1 + len(other)
+    # a ';' inside a string or a comment hides nothing; one before a trailing comment does
+    assert nbtools.cell_fingerprint("x  # end;") == nbtools.cell_fingerprint("x")
+    assert nbtools.cell_fingerprint("x;  # quiet") == nbtools.cell_fingerprint("x;")
+    assert nbtools.cell_fingerprint("print('#');") != nbtools.cell_fingerprint("print('#')")
+    # a cell that is not Python is compared as text
+    assert nbtools.cell_fingerprint("x = (") != nbtools.cell_fingerprint("x  = (")
+    assert nbtools.cell_fingerprint("x = (") == nbtools.cell_fingerprint("x = (  ")
+
+
+def test_tree_text_drops_the_empty_fstring_pieces_python_3_12_keeps() -> None:
+    parsed = nbtools.ast.parse('f"a{x}b"').body[0].value
+    padded = nbtools.ast.JoinedStr(values=[nbtools.ast.Constant(""), nbtools.ast.Constant("a"), parsed.values[1],
+                                           nbtools.ast.Constant("b"), nbtools.ast.Constant("")])
+    split = nbtools.ast.JoinedStr(values=[nbtools.ast.Constant("a"), parsed.values[1], nbtools.ast.Constant("b")])
+    assert nbtools._tree_text(padded) == nbtools._tree_text(parsed) == nbtools._tree_text(split)
+    assert "lineno" not in nbtools._tree_text(parsed) and "'a'" in nbtools._tree_text(parsed)
+
+
+def test_module_fingerprint_ignores_docstrings_and_comments_but_not_code() -> None:
+    base = "def f(x):\n    return x + 1\n"
+    documented = '"""Module."""\n\ndef f(x):  # one\n    """Add one."""\n    return (\n        x + 1\n    )\n"""after"""\n'
+    assert nbtools.module_fingerprint(documented) == nbtools.module_fingerprint(base)
+    assert nbtools.module_fingerprint("def f(x):\n    'only a docstring'\n") == nbtools.module_fingerprint(
+        "def f(x):\n    pass\n")
+    assert nbtools.module_fingerprint(base.replace("1", "2")) != nbtools.module_fingerprint(base)
+    assert nbtools.module_fingerprint("X = 'a string value'\n") != nbtools.module_fingerprint("X = 'another'\n")
+    assert nbtools.module_fingerprint("def (") == "text:def ("
+
+
+def test_a_run_stored_without_a_scheme_is_checked_as_text(tmp_path: Path) -> None:
+    """Runs stored before hash_scheme keep their text hashes: a new comment makes them stale, as it did; a run
+    stored with the current scheme ignores the comment, and still sees a change of code."""
+    path = write_notebook(tmp_path / "x.ipynb", "print(1)")
+    nb = nbformat.read(path, as_version=4)
+    old = {"code_sha256": nbtools.code_hash(nb, "raw"), "mentor_sha256": nbtools.mentor_hash(),
+           "outputs_sha256": nbtools.outputs_hash(nb)}
+    new = {**old, "hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb)}
+    assert nbtools.stored_scheme(old) == "raw" and nbtools.stored_scheme(new) == nbtools.HASH_SCHEME == "ast-1"
+    for meta in (old, new):
+        nb.metadata["mentor"] = meta
+        nb.cells[1].source = "print(1)"
+        nbformat.write(nb, path)
+        assert nbtools.stale([path]) == []
+    nb.cells[1].source = "print(\n    1\n)  # reformatted"
+    for meta, reasons in ((old, 1), (new, 0)):
+        nb.metadata["mentor"] = meta
+        nbformat.write(nb, path)
+        assert len(nbtools.stale([path])) == reasons
+    nb.cells[1].source = "print(2)"
+    nbformat.write(nb, path)
+    assert [m.split(": ", 1)[1].split(";")[0] for m in nbtools.stale([path])] == [
+        "code cells changed since its stored GPU run"]
 
 
 # --- what makes a stored run stale ---
@@ -156,7 +223,7 @@ def stored_run(path: Path, package: Path) -> Path:
     nb.cells[1].outputs = [new_output("stream", name="stdout", text="0.25\n")]
     nbformat.write(nb, path)
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(package),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(package),
                              "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     return path
@@ -217,7 +284,8 @@ def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path)
                              new_code_cell("from mentor.bench import plot")])
     sources = nbtools.mentor_sources(nb)
     assert sorted(sources) == ["__init__.py", "bench.py", "env.py", "trace.py"]
-    assert sources["env.py"] == nbtools.hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
+    assert sources["env.py"] == nbtools.hashlib.sha256(nbtools.module_fingerprint("PROFILE = 'full'\n").encode()).hexdigest()
+    assert nbtools.mentor_sources(nb, scheme="raw")["env.py"] == nbtools.hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
     launched = new_notebook(cells=[new_code_cell("import subprocess, sys\n"
                                                  "subprocess.run([sys.executable, '-m', 'mentor.worker'])")])
     assert sorted(nbtools.mentor_sources(launched)) == ["__init__.py", "ddp.py", "worker.py"]
@@ -227,7 +295,7 @@ def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path)
 def recorded_run(path: Path) -> Path:
     """Store the metadata gpu-run writes now, with per-module sources, for the notebook at ``path``."""
     nb = nbformat.read(path, as_version=4)
-    nb.metadata["mentor"] = {"code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
+    nb.metadata["mentor"] = {"hash_scheme": nbtools.HASH_SCHEME, "code_sha256": nbtools.code_hash(nb), "mentor_sha256": nbtools.mentor_hash(),
                              "mentor_sources": nbtools.mentor_sources(nb), "outputs_sha256": nbtools.outputs_hash(nb)}
     nbformat.write(nb, path)
     return path
@@ -713,7 +781,8 @@ def test_unrenamed_replaces_whole_dotted_names_only() -> None:
 def test_gpu_run_leaves_out_the_stderr_of_cells_tagged_remove_stderr(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A cell tagged remove-stderr keeps its stdout and loses its stderr in the stored run; an untagged cell keeps
-    both; the stored outputs hash is that of what is stored, so check passes."""
+    both, with the machine's prefix cut from a path into site-packages; the stored outputs hash is that of what is
+    stored, so check passes."""
     monkeypatch.setenv("MENTOR_PROFILE", "smoke")
     speak = "import sys\nprint('out')\nprint('/opt/x/site-packages/warn.py:1: Warning', file=sys.stderr)"
     path = write_notebook(tmp_path / "a.ipynb", speak, speak)
@@ -725,7 +794,7 @@ def test_gpu_run_leaves_out_the_stderr_of_cells_tagged_remove_stderr(tmp_path: P
     nb = nbformat.read(path, as_version=4)
     streams = [[(out["name"], out["text"].strip()) for out in cell.outputs] for cell in nb.cells[1:]]
     assert streams == [[("stdout", "out")],
-                       [("stdout", "out"), ("stderr", "/opt/x/site-packages/warn.py:1: Warning")]]
+                       [("stdout", "out"), ("stderr", "site-packages/warn.py:1: Warning")]]
     assert nbtools.stale([path]) == []
 
 
@@ -739,3 +808,88 @@ def test_drop_hidden_stderr_counts_what_it_removed() -> None:
     assert [out["text"] for out in nb.cells[0].outputs] == ["o"]
     assert [out["text"] for out in nb.cells[1].outputs] == ["kept"]
     assert nbtools.drop_hidden_stderr(nb) == 0
+
+
+# --- the code a reader sees fits the book's column ---
+
+_spec = importlib.util.spec_from_file_location("format_cells", REPO / "scripts" / "format_cells.py")
+format_cells = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(format_cells)
+
+RAW_UNTIL_RERUN = {"12_two_gpus.ipynb": "needs two GPUs to be run again (see its waiver)"}
+"""Notebooks whose stored run hashes code as text (no ``hash_scheme``): formatting their cells would make the run
+stale, so they keep their width until they are run again."""
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    """The lines of the fenced code blocks in ``markdown`` (not MyST directives such as ```{note})."""
+    lines, info = [], None
+    for line in markdown.splitlines():
+        fence = re.match(r"^\s*(```+|~~~+)\s*(\S*)", line)
+        if fence:
+            info = fence.group(2) if info is None else None
+            continue
+        if info is not None and not info.startswith("{"):
+            lines.append(line)
+    return lines
+
+
+def test_code_blocks_find_code_not_directives() -> None:
+    text = "```python\nx = 1\n```\n\n```{note}\nprose\n```\n~~~\ny\n~~~\n"
+    assert _code_blocks(text) == ["x = 1", "y"]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_visible_code_fits_the_column(notebook: Path) -> None:
+    """The code cells a reader sees, and the code blocks of the prose, are at most LINE_LENGTH columns
+    (scripts/format_cells.py formats them)."""
+    nb = nbformat.read(notebook, as_version=4)
+    blocks = [line for c in nb.cells if c.cell_type == "markdown" for line in _code_blocks(c.source)]
+    too_long = [line for line in blocks if len(line) > format_cells.LINE_LENGTH]
+    scheme = nbtools.stored_scheme(nb.metadata.get("mentor", {}))
+    if notebook.name in RAW_UNTIL_RERUN:
+        assert scheme == "raw", f"{notebook.name} was run again: take it out of RAW_UNTIL_RERUN"
+    else:
+        assert scheme == nbtools.HASH_SCHEME, (f"{notebook.name}: its stored run hashes code as text; run it again "
+                                               "(make gpu-run) before formatting its cells")
+        too_long += [line for c in format_cells.visible_code(nb) for line in format_cells.long_lines(c.source)]
+    assert not too_long, f"{notebook.name}: lines over {format_cells.LINE_LENGTH} columns:\n" + "\n".join(too_long)
+
+
+@pytest.mark.parametrize("page", sorted((REPO / "book").glob("*.md")), ids=lambda p: p.name)
+def test_code_blocks_of_markdown_pages_fit_the_column(page: Path) -> None:
+    too_long = [line for line in _code_blocks(page.read_text()) if len(line) > format_cells.LINE_LENGTH]
+    assert not too_long, f"{page.name}: lines over {format_cells.LINE_LENGTH} columns:\n" + "\n".join(too_long)
+
+
+def test_long_lines_counts_columns() -> None:
+    assert format_cells.long_lines("x" * format_cells.LINE_LENGTH + "\n" + "y" * (format_cells.LINE_LENGTH + 1)) == [
+        "y" * (format_cells.LINE_LENGTH + 1)]
+    nb = new_notebook(cells=[new_code_cell("a"), new_code_cell("b", metadata={"tags": ["remove-input"]}),
+                             new_code_cell("c", metadata={"tags": ["hide-input"]}), new_markdown_cell("d")])
+    assert [c.source for c in format_cells.visible_code(nb)] == ["a", "c"]
+
+
+def test_shorten_paths_cuts_the_machine_prefix_in_streams_and_tracebacks() -> None:
+    warning = "/opt/torch/.venv/lib/python3.12/site-packages/torch/x.py:83: UserWarning: w\n  return f()\n"
+    nb = new_notebook(cells=[
+        new_code_cell("a", outputs=[new_output("stream", name="stderr", text=warning),
+                                    new_output("stream", name="stdout", text="/tmp/a.json saved\n"),
+                                    new_output("error", ename="E", evalue="v", traceback=[
+                                        "File /root/.venv/lib/site-packages/mentor/a.py:1", "plain line"])]),
+        new_markdown_cell("/opt/x/site-packages/ stays in prose")])
+    assert nbtools.shorten_paths(nb) == 2
+    outs = nb.cells[0].outputs
+    assert outs[0].text == "site-packages/torch/x.py:83: UserWarning: w\n  return f()\n"
+    assert outs[1].text == "/tmp/a.json saved\n"  # only paths into site-packages are the machine's
+    assert outs[2].traceback == ["File site-packages/mentor/a.py:1", "plain line"]
+    assert nb.cells[1].source == "/opt/x/site-packages/ stays in prose"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_name_no_path_of_the_gpu_machine(notebook: Path) -> None:
+    """A downloaded notebook carries no path of the machine it ran on (gpu-run shortens them: shorten_paths)."""
+    nb = nbformat.read(notebook, as_version=4)
+    found = [f"cell {i}: {m.group(0)}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
+             for out in c.get("outputs", []) for m in [nbtools.MACHINE_PATH.search(str(out))] if m]
+    assert not found, f"{notebook.name}: " + "; ".join(found)

@@ -14,13 +14,19 @@ One module per job:
 - ``mentor.lab.configs``: the configurations and operating points the chapters compare
 - ``mentor.lab.compare``: the measuring loop: interleaved rounds, sweeps over operating points
 - ``mentor.lab.blocks``: the same in short alternating blocks, for host-bound steps that drift
+- ``mentor.lab.baselines``: cheaper ways to use torchmetrics as it is: grouped, every n steps, buffered
+- ``mentor.lab.across_runs``: the same sweep run several times: what moved between runs and what held
+- ``mentor.lab.regimes``: which regime an operating point is in, measured (GPU idle share, update cost)
 - ``mentor.lab.bench``: the command line, ``python -m mentor.lab.bench``
+- ``mentor.lab.figures``: figures at phone width, glued as SVG with text kept as text
 - ``mentor.lab.plots``: every figure the book draws from these results
 - ``mentor.lab.updates``: the metric updates the book measures, by name
 - ``mentor.lab.update_cost``: what one update costs: syncs, kernels, host time
 - ``mentor.lab.releases``: syncs per update under two torchmetrics releases
 - ``mentor.lab.read_patterns``: the usual ways of reading the loss back, as configurations
 - ``mentor.lab.compiled``: metric updates under ``torch.compile``: graph breaks and recompiles
+- ``mentor.lab.compiled_step``: a metric update inside the reader's compiled step: breaks, graphs, kernels
+- ``mentor.lab.compiled_loop``: what an update costs in the loop when the model is compiled, at each point
 - ``mentor.lab.ddp``: a one-rank process group and worker processes that clean up
 - ``mentor.lab.worker``: one rank of a two-GPU measurement, started with torchrun
 """

@@ -100,10 +100,10 @@ def lowest_in(runs: Runs, config: str, among: Sequence[str], kind: str = "throug
 
 
 def aa_misses(runs: Runs, again: str, kind: str = "throughput") -> dict[str, list[str]]:
-    """Run -> the points where the interval of ``again`` (the baseline run a second time) does not contain 0."""
+    """Run -> the points where the interval of ``again`` (the baseline run a second time) does not contain 0
+    (:meth:`mentor.lab.comparison.Comparison.verdict` is "slower" or "faster"; a one-round run has no interval)."""
     _points(runs)
     out = {}
     for name, sweep in runs.items():
-        out[name] = [point for point, cmp in sweep.items()
-                     if not (cmp.overhead(again, kind=kind).lo <= 0 <= cmp.overhead(again, kind=kind).hi)]
+        out[name] = [point for point, cmp in sweep.items() if cmp.verdict(again, kind=kind) in ("slower", "faster")]
     return out

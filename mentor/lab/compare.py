@@ -95,7 +95,10 @@ def compare(
     list (``order = list(configs); rng.shuffle(order)``), so that no configuration always
     runs first or after the same neighbour; ``settings["orders"]`` records the orders.
     Each run does ``warmup`` untimed then ``steps`` timed steps with fresh hooks; with
-    ``report_every`` the step that calls ``on_report`` is timed with its report. The first
+    ``report_every`` the step that calls ``on_report`` is timed with its report; the step after it, in which a
+    report's read leaves the GPU idle while the host queues the next work, is timed unless the report falls on the
+    last timed step (``warmup + steps`` a multiple of ``report_every``; the full profile's one report falls on
+    timed step 40 of 60). :func:`mentor.lab.blocks.compare_blocks` never times a report there. The first
     configuration is the baseline of :meth:`mentor.lab.comparison.Comparison.overhead`. Syncs per step, and the
     syncs of one report call, are counted in a separate, untimed pass under
     :func:`mentor.syncs.sync_guard` (CUDA only; ``count_syncs=False`` skips it).

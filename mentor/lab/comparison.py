@@ -136,8 +136,24 @@ class Comparison:
         return self.batch_size * len(r.step_ms) / (math.fsum(r.total_ms) / 1000.0)
 
     def report_ms(self, name: str) -> float | None:
-        """Median time of the steps that ran ``on_report`` (``None`` when no step did)."""
-        times = self[name].report_step_ms
+        """Median time of the steps that ran ``on_report`` (``None`` when no step did).
+
+        A block comparison reports at other positions in each round: its ``settings["report_steps"]`` (per
+        configuration, ``[round, position]`` pairs) say where, and are used when they name ``name``.
+
+        Example:
+            >>> from mentor.lab.stats import Result
+            >>> blocks = Comparison([Result("a", "", [[1.0, 1.0], [1.0, 1.0]]), Result("b", "", [[1.0, 9.0], [7.0, 1.0]])],
+            ...                     "a", 4, settings={"report_steps": {"a": [], "b": [[0, 1], [1, 0]]}})
+            >>> blocks.report_ms("b"), blocks.report_ms("a")
+            (8.0, None)
+        """
+        where = (self.settings.get("report_steps") or {}).get(name)
+        if where is not None:
+            rounds = self[name].round_step_ms
+            times = [rounds[k][p] for k, p in where]
+        else:
+            times = self[name].report_step_ms
         return statistics.median(times) if times else None
 
     def facts(self, name: str) -> dict[str, Any]:

@@ -31,17 +31,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
-from mentor.lab.blocks import compare_blocks
+from mentor.lab.blocks import ReportSchedule, _Counted, compare_blocks
 from mentor.lab.comparison import Comparison
 from mentor.lab.configs import Config, OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
 from mentor.lab.stats import NOT_COUNTED, Result
-from mentor.lab.train import Setup, _StepClock
+from mentor.lab.train import Setup, Step, _StepClock
 
 MODES: dict[str, dict[str, Any] | None] = {
     "eager": None,
@@ -109,7 +110,8 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
             setup = compiled_setup(setup, mode, **compile_options)
             if warmup_rounds:  # reports at least once per block here, so that their first run is not timed
                 compare_blocks(configs, setup, batches, rounds=warmup_rounds, block=block, settle=settle,
-                               report_every=min(report_every, block - settle), count_syncs=False, seed=seed)
+                               report_every=min(report_every, max(1, block - settle - 1)), count_syncs=False,
+                               seed=seed)
             out[point.name][mode] = compare_blocks(configs, setup, batches, rounds=rounds, block=block,
                                                    settle=settle, report_every=report_every,
                                                    count_syncs=count_syncs, seed=seed)
@@ -120,8 +122,8 @@ INSIDE = "fused suite, inside"
 """The name of the configuration whose compiled step updates a :class:`mentor.suite.FusedMetrics` inside it."""
 
 def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-overhead",
-                  **compile_options: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``step(images, labels) -> loss``: the forward pass and the loss (under the setup's autocast) and, when
+                  **compile_options: Any) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``step(images, labels) -> (loss, logits)``: the forward pass and the loss (under the setup's autocast) and, when
     ``metric`` is given, ``metric.update(loss, logits, labels)``, compiled as one function as :data:`MODES`
     says (``"eager"``: not compiled). This is the function a reader writes around their model (chapter 14);
     the backward pass and the optimizer step stay outside it.
@@ -131,33 +133,35 @@ def step_function(setup: Setup, metric: Any | None = None, mode: str = "reduce-o
         >>> from mentor.suite import FusedMetrics
         >>> setup, suite = build_setup(num_classes=10), FusedMetrics(10)
         >>> step = step_function(setup, suite, "eager")
-        >>> loss = step(torch.randn(2, 3, 32, 32), torch.tensor([1, 2]))
-        >>> loss.ndim, int(suite.loss_count)
-        (0, 1)
+        >>> loss, logits = step(torch.randn(2, 3, 32, 32), torch.tensor([1, 2]))
+        >>> loss.ndim, tuple(logits.shape), int(suite.loss_count)
+        (0, (2, 10), 1)
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
     model, criterion, dtype = setup.model, setup.criterion, setup.autocast
     device_type = setup.device.type
 
-    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def step(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cast = contextlib.nullcontext() if dtype is None else torch.autocast(device_type, dtype=dtype)
         with cast:
             logits = model(images)
             loss = criterion(logits, labels)
         if metric is not None:
             metric.update(loss.detach(), logits.detach(), labels)
-        return loss
+        return loss, logits
 
     options = MODES[mode]
     return step if options is None else torch.compile(step, dynamic=False, **options, **compile_options)
 
 
-def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setup: Setup, batches: Iterable, steps: int, settle: int,
-                report: Callable[[], None] | None, report_every: int, timed: list[int]) -> _StepClock:
+def _time_block(step: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], setup: Setup,
+                batches: Iterable, steps: int, settle: int, hook: _Counted) -> _StepClock:
     """``settle`` untimed then ``steps`` timed training steps of ``step``; their step boundaries in train's clock
-    (CUDA events, read with ``durations_ms()`` at the end of the round). ``timed[0]`` counts the configuration's timed steps across blocks, so
-    that ``report`` runs inside the timed step that completes every ``report_every`` of them."""
+    (CUDA events, read with ``durations_ms()`` at the end of the round). After each optimizer step, outside the
+    compiled step, ``hook`` (:class:`mentor.lab.blocks._Counted`, as in :func:`mentor.lab.blocks.compare_blocks`)
+    gets the step's loss and logits: it updates, reports inside the timed steps its schedule says, and times its
+    host span."""
     cuda = setup.device.type == "cuda"
     memory_format = torch.channels_last if setup.channels_last else torch.preserve_format
     iterator = iter(batches)
@@ -171,12 +175,11 @@ def _time_block(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], setu
         setup.optimizer.zero_grad(set_to_none=True)
         if cuda:
             torch.compiler.cudagraph_mark_step_begin()  # each step a new iteration of the CUDA-graph tree
-        step(images, labels).backward()
+        loss, logits = step(images, labels)
+        loss.backward()
         setup.optimizer.step()
+        hook(Step(index, images, labels, logits, loss, 0.0))
         if index >= settle:
-            timed[0] += 1
-            if report is not None and report_every and timed[0] % report_every == 0:
-                report()
             clock.mark()
     return clock
 
@@ -186,87 +189,170 @@ def _synchronize(setup: Setup) -> None:
         torch.cuda.synchronize(setup.device)
 
 
-def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
-                 rounds: int, block: int = 10, settle: int = 2, report_every: int = 50, warmup_rounds: int = 2,
-                 seed: int = 0, **compile_options: Any) -> dict[str, Comparison]:
-    """The cost of updating a :class:`mentor.suite.FusedMetrics` inside the compiled step: ``{point: Comparison}``.
-
-    Three configurations, in chapter 9's block design (``block`` steps per block, ``settle`` of them untimed,
-    a new random order each round, step times read once per round): ``"no metrics"``, the
-    :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
-    :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
-    read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
-    steps. Each point gets a fresh model and ``torch._dynamo.reset()``; ``warmup_rounds`` untimed rounds
-    first take the compiles and CUDA-graph recordings, followed by one untimed report (in a run on the H200
-    the first report was far slower than the later ones; timed, it would have counted as the suite's cost). Syncs are not counted (the update makes none: chapter
-    14's step report); ``settings["hook_ms"]`` is empty, as the update has no hook of its own.
-
-    Example:
-        >>> from mentor.lab.env import get_profile
-        >>> profile = get_profile("smoke").with_(num_classes=10)
-        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=2,
-        ...                      settle=1, report_every=1, warmup_rounds=0)
-        >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
-        (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
-    """
-    from mentor.suite import FusedMetrics
-
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
+def _check_design(mode_list: Sequence[str], rounds: int, block: int, settle: int, report_every: int,
+                  warmup_rounds: int) -> None:
+    unknown = [m for m in mode_list if m not in MODES]
+    if unknown or not mode_list:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {unknown[0] if unknown else mode_list!r}.")
     for label, value, low in (("rounds", rounds, 1), ("block", block, 1), ("settle", settle, 0),
                               ("report_every", report_every, 0), ("warmup_rounds", warmup_rounds, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
     if settle >= block:
         raise ValueError(f"settle ({settle}) must be smaller than block ({block}): a block needs a timed step.")
-    names = ["no metrics", AA, INSIDE]
-    out: dict[str, Comparison] = {}
+    if report_every and block - settle < 2:
+        raise ValueError(f"block - settle is {block - settle} timed step with report_every={report_every}: a report "
+                         "needs a timed step after it in its block; pass a block at least settle + 2 long, "
+                         "e.g. block=10, settle=2, or report_every=0.")
+
+
+def _compile_counts() -> dict[str, int]:
+    """Dynamo's and inductor's process-wide counts so far: graphs compiled, graph breaks, CUDA-graph skips."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]), "breaks": int(sum(counters["graph_break"].values())),
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
+
+
+def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequence[Config] = (), *,
+                 modes: Sequence[str] = tuple(MODES), inside: bool = True, rounds: int, block: int = 10,
+                 settle: int = 2, report_every: int = 50, warmup_rounds: int = 2, seed: int = 0,
+                 **compile_options: Any) -> dict[str, dict[str, Comparison]]:
+    """Metric updates against the reader's compiled step: ``{point name: {mode: Comparison}}``.
+
+    At each point and for each mode of :data:`MODES`, the training step (forward and loss, :func:`step_function`)
+    runs eager or compiled, and in one block design (``block`` steps per block, ``settle`` of them untimed, a new
+    random order each round, step times read once per round) it is timed: without metrics (``"no metrics"``, the
+    baseline), again (:data:`AA`), with each of ``configs`` updating after the optimizer step, outside the compiled
+    step (their hooks are made once and kept, their reports run inside a timed step every ``report_every`` timed
+    steps, never the last of a block), and, with ``inside``, with a :class:`mentor.suite.FusedMetrics` updated
+    inside the compiled step (:data:`INSIDE`). Each (point, mode) gets a fresh model and ``torch._dynamo.reset()``;
+    ``warmup_rounds`` untimed rounds first take the compiles and CUDA-graph recordings, then every report runs once,
+    untimed (a first report loads its kernels).
+
+    ``settings["compile"]`` gives, per configuration, what dynamo and inductor did in its blocks: graphs compiled,
+    graph breaks and CUDA-graph skips, in the warm-up (``"warmup"``) and in the timed rounds (``"timed"``: a graph
+    compiled there is a recompile). The counters are process-wide and read between blocks, so a count lands on
+    the configuration whose block ran. ``settings["hook_ms"]``: per outside configuration, the median host time of
+    its update in a timed step without a report. Syncs are not counted here (chapter 9 counts them).
+
+    Example:
+        >>> from mentor.lab.env import get_profile
+        >>> profile = get_profile("smoke").with_(num_classes=10)
+        >>> costs = matrix_costs([OperatingPoint("tiny", 2, 32)], profile, [Config("nothing")], modes=["eager"],
+        ...                      rounds=2, block=3, settle=1, report_every=1, warmup_rounds=0)
+        >>> [r.name for r in costs["tiny"]["eager"].results]
+        ['no metrics', 'no metrics, again', 'nothing', 'fused suite, inside']
+    """
+    from mentor.suite import FusedMetrics
+
+    if not all(isinstance(c, Config) for c in configs):
+        raise TypeError("configs must be a sequence of mentor.lab.configs.Config (the updates outside the step).")
+    _check_design(list(modes), rounds, block, settle, report_every, warmup_rounds)
+    names = ["no metrics", AA, *[c.name for c in configs]] + ([INSIDE] if inside else [])
+    if len(set(names)) != len(names):
+        raise ValueError(f"configuration names must be unique and not {['no metrics', AA, INSIDE]}, got {names}.")
+    out: dict[str, dict[str, Comparison]] = {}
     for point in points:
-        torch._dynamo.reset()
-        setup, batches = point_setup(point, profile)
-        suite = FusedMetrics(profile.num_classes).to(setup.device)
-        plain = step_function(setup, None, mode, **compile_options)
-        steps = {"no metrics": plain, AA: plain, INSIDE: step_function(setup, suite, mode, **compile_options)}
+        out[point.name] = {}
+        for mode in modes:
+            torch._dynamo.reset()
+            setup, batches = point_setup(point, profile)
+            plain = step_function(setup, None, mode, **compile_options)
+            entries = {"no metrics": (plain, Config("no metrics")), AA: (plain, Config(AA))}
+            entries |= {c.name: (plain, c) for c in configs}
+            suite = None
+            if inside:
+                suite = FusedMetrics(profile.num_classes).to(setup.device)
 
-        def report() -> None:
-            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
-            suite.reset()
+                def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
+                    def report(_: int) -> None:
+                        torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+                        suite.reset()
 
-        reports = {INSIDE: report}
-        rng = random.Random(seed)
-        per_round: dict[str, list[list[float]]] = {name: [] for name in names}
-        report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
-        orders: list[list[str]] = []
-        for k in range(-warmup_rounds, rounds):
-            if k <= 0:  # counted afresh in each warm-up round and once more when the timed rounds start
-                timed = {name: [0] for name in names}
-                if k == 0 and warmup_rounds and report_every:
-                    _synchronize(setup)
-                    report()  # the first report loads its kernels: untimed, like the compiles
-                suite.reset()
-            order = list(names)
-            rng.shuffle(order)
-            pending = []
-            for name in order:
-                before = timed[name][0]
-                clock = _time_block(steps[name], setup, batches, block - settle, settle, reports.get(name),
-                                    report_every, timed[name])
-                pending.append((name, clock))
-                if k >= 0 and name in reports and report_every:
-                    report_steps[name] += [[k, t - before - 1] for t in range(before + 1, timed[name][0] + 1)
-                                           if t % report_every == 0]
-            durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
-            if k >= 0:
-                orders.append(order)
-                for name, ms in durations:
-                    per_round[name].append(ms)
-        results = [Result(name, "", per_round[name], [], None, None, NOT_COUNTED) for name in names]
-        settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle,
-                        rounds=rounds, report_every=report_every, seed=seed, orders=orders,
-                        report_steps=report_steps, hook_ms={}, mode=mode, warmup_rounds=warmup_rounds)
-        out[point.name] = Comparison(results, baseline="no metrics", batch_size=point.batch_size,
-                                     settings=settings, environment=environment_report())
+                    return None, report
+
+                entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), Config(INSIDE, make))
+            out[point.name][mode] = _time_matrix(entries, setup, batches, point, mode, rounds=rounds, block=block,
+                                                 settle=settle, report_every=report_every,
+                                                 warmup_rounds=warmup_rounds, seed=seed, suite=suite)
     return out
+
+
+def _time_matrix(entries: dict[str, tuple[Any, Config]], setup: Setup, batches: Iterable, point: OperatingPoint,
+                 mode: str, *, rounds: int, block: int, settle: int, report_every: int, warmup_rounds: int,
+                 seed: int, suite: Any | None) -> Comparison:
+    names = list(entries)
+    rng = random.Random(seed)
+    hooks = {name: _Counted(config, report_every, settle, block - settle) for name, (_, config) in entries.items()}
+    per_round: dict[str, list[list[float]]] = {name: [] for name in names}
+    report_steps: dict[str, list[list[int]]] = {name: [] for name in names}
+    compiled = {name: {phase: dict.fromkeys(("graphs", "breaks", "cudagraph_skips"), 0)
+                       for phase in ("warmup", "timed")} for name in names}
+    orders: list[list[str]] = []
+    for k in range(-warmup_rounds, rounds):
+        if k == 0 and warmup_rounds:  # the warm-up is over: count and time afresh, with the same metrics
+            if report_every:
+                _synchronize(setup)
+                for hook in hooks.values():  # a first report loads its kernels: untimed, like the compiles
+                    if hook.on_report is not None:
+                        hook.on_report(0)
+            for hook in hooks.values():
+                hook.schedule, hook.host_ms, hook.report_at = ReportSchedule(hook.schedule.every), [], []
+        if k <= 0 and suite is not None:
+            suite.reset()
+        order = list(names)
+        rng.shuffle(order)
+        pending = []
+        for name in order:
+            hook, before, reported = hooks[name], _compile_counts(), len(hooks[name].report_at)
+            clock = _time_block(entries[name][0], setup, batches, block - settle, settle, hook)
+            after = _compile_counts()
+            phase = compiled[name]["timed" if k >= 0 else "warmup"]
+            for key in phase:
+                phase[key] += after[key] - before[key]
+            pending.append((name, clock))
+            if k >= 0:
+                report_steps[name] += [[k, p] for p in hook.report_at[reported:]]
+        durations = [(name, clock.durations_ms()) for name, clock in pending]  # waits for the round once
+        if k >= 0:
+            orders.append(order)
+            for name, ms in durations:
+                per_round[name].append(ms)
+    results = [Result(name, entries[name][1].description, per_round[name], [], None, None, NOT_COUNTED)
+               for name in names]
+    hook_ms = {name: statistics.median(h.host_ms) for name, h in hooks.items() if h.on_step is not None and h.host_ms}
+    settings = dict(design="blocks", block=block, settle=settle, steps=block - settle, warmup=settle, rounds=rounds,
+                    report_every=report_every, seed=seed, orders=orders, report_steps=report_steps, hook_ms=hook_ms,
+                    mode=mode, warmup_rounds=warmup_rounds, compile=compiled)
+    return Comparison(results, baseline="no metrics", batch_size=point.batch_size, settings=settings,
+                      environment=environment_report())
+
+
+def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: str = "reduce-overhead",
+                 rounds: int, block: int = 10, settle: int = 2, report_every: int = 50, warmup_rounds: int = 2,
+                 seed: int = 0, **compile_options: Any) -> dict[str, Comparison]:
+    """The cost of updating a :class:`mentor.suite.FusedMetrics` inside the compiled step: ``{point: Comparison}``.
+
+    :func:`matrix_costs` at one ``mode`` with no configuration outside the step: ``"no metrics"``, the
+    :func:`step_function` compiled without the update; :data:`AA`, the same compiled function again; and
+    :data:`INSIDE`, the step compiled with the suite's update in it, whose report (``compute()``, every value
+    read back in one copy, ``reset()``) runs inside the timed step that completes every ``report_every`` timed
+    steps (or the next block's first timed step, when that one is the last of its block: the step after a report
+    is always timed). After the warm-up rounds the report runs once untimed (in a run on the H200 the first
+    report was far slower than the later ones; timed, it would have counted as the suite's cost).
+
+    Example:
+        >>> from mentor.lab.env import get_profile
+        >>> profile = get_profile("smoke").with_(num_classes=10)
+        >>> costs = inside_costs([OperatingPoint("tiny", 2, 32)], profile, mode="eager", rounds=2, block=3,
+        ...                      settle=1, report_every=1, warmup_rounds=0)
+        >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
+        (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
+    """
+    costs = matrix_costs(points, profile, (), modes=[mode], rounds=rounds, block=block, settle=settle,
+                         report_every=report_every, warmup_rounds=warmup_rounds, seed=seed, **compile_options)
+    return {name: by_mode[mode] for name, by_mode in costs.items()}
 
 
 def aa_resolved(comparison: Comparison, kind: str = "throughput") -> bool:
@@ -312,4 +398,30 @@ def cost_table(costs: dict[str, dict[str, Comparison]], kind: str = "throughput"
                 if not resolved:
                     text = "unresolved (A/A missed 0: " + text + ")" if result.name == AA else "unresolved"
                 lines.append(f"{point:<12}{mode:<17}{result.name:<21}{text}")
+    return "\n".join(lines)
+
+
+def compile_counts_table(costs: dict[str, dict[str, Comparison]]) -> str:
+    """One line per point, mode and configuration of a :func:`matrix_costs` run: graphs compiled, graph breaks and
+    CUDA-graph skips in its blocks, in the warm-up and in the timed rounds (a graph compiled there is a recompile).
+
+    Example:
+        >>> from mentor.lab.stats import Result
+        >>> counts = {"warmup": {"graphs": 2, "breaks": 0, "cudagraph_skips": 0},
+        ...           "timed": {"graphs": 0, "breaks": 0, "cudagraph_skips": 0}}
+        >>> cmp = Comparison([Result("no metrics", "", [[1.0]])], "no metrics", 1,
+        ...                  settings={"compile": {"no metrics": counts}})
+        >>> print(compile_counts_table({"fp32 b32": {"default": cmp}}))
+        point       mode             configuration          warm-up: graphs breaks skips   timed: graphs breaks skips
+        fp32 b32    default          no metrics                           2      0     0               0      0     0
+    """
+    lines = [f"{'point':<12}{'mode':<17}{'configuration':<23}{'warm-up: graphs breaks skips':>28}"
+             f"{'timed: graphs breaks skips':>29}"]
+    for point, by_mode in costs.items():
+        for mode, comparison in by_mode.items():
+            for name, phases in comparison.settings.get("compile", {}).items():
+                cells = "".join(f"{phases[phase][key]:>{w}}" for phase in ("warmup", "timed")
+                                for key, w in (("graphs", 15 if phase == "warmup" else 16), ("breaks", 7),
+                                               ("cudagraph_skips", 6)))
+                lines.append(f"{point:<12}{mode:<17}{name:<23}{cells}")
     return "\n".join(lines)

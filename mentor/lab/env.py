@@ -147,12 +147,20 @@ def get_profile(name: str | None = None) -> Profile:
     return Profile(name=name, device=device, **_SIZES[name])
 
 
+def _skip_message(profile: Profile, what: str) -> str:
+    return (
+        f"[{profile.name} profile on {profile.device.type}] {what} need a CUDA device: skipped here. "
+        "The stored book shows the GPU run."
+    )
+
+
 def needs_cuda(profile: Profile, what: str) -> bool:
     """Print why a cell is skipped and return True when ``profile`` has no CUDA device.
 
-    Notebook cells whose point needs a GPU (a sync count, a GPU timeline) start with
-    ``if needs_cuda(profile, "..."): ...`` so that the smoke run says so instead of
-    printing zeros that look like results.
+    Hidden notebook cells whose point needs a GPU (a sync count, a GPU timeline) start with
+    ``if not needs_cuda(profile, "..."):`` so that the smoke run says so instead of
+    printing zeros that look like results. Visible cells use the comment of
+    :data:`NEEDS_CUDA_MARK` instead (:func:`skip_without_cuda`).
 
     Example:
         >>> needs_cuda(get_profile("smoke"), "sync counts")
@@ -163,11 +171,37 @@ def needs_cuda(profile: Profile, what: str) -> bool:
         raise TypeError(f"profile must be a mentor.lab.env.Profile (from get_profile()), not {type(profile).__name__}.")
     if profile.is_cuda:
         return False
-    print(
-        f"[{profile.name} profile on {profile.device.type}] {what} need a CUDA device: skipped here. "
-        "The stored book shows the GPU run."
-    )
+    print(_skip_message(profile, what))
     return True
+
+
+NEEDS_CUDA_MARK = "# needs CUDA:"
+"""The first line of a visible cell whose point needs a GPU: ``# needs CUDA: sync counts``."""
+
+
+def skip_without_cuda(lines: list[str], profile: Profile) -> list[str]:
+    """A cell's lines, or, when they start with :data:`NEEDS_CUDA_MARK` and ``profile`` has no CUDA device,
+    one line that prints why the cell is skipped.
+
+    :func:`chapter_run` installs this as an IPython input transformer in the smoke run, so a visible cell
+    carries a one-line comment that says it needs a GPU instead of an ``if not needs_cuda(...)`` block.
+    On a CUDA profile every cell runs as written.
+
+    Example:
+        >>> skip_without_cuda(["# needs CUDA: sync counts\\n", "print(1)\\n"], get_profile("smoke"))
+        ["print('[smoke profile on cpu] sync counts need a CUDA device: skipped here. The stored book shows the GPU run.')\\n"]
+        >>> skip_without_cuda(["print(1)\\n"], get_profile("smoke"))
+        ['print(1)\\n']
+    """
+    if not isinstance(profile, Profile):
+        raise TypeError(f"profile must be a mentor.lab.env.Profile (from get_profile()), not {type(profile).__name__}.")
+    first = next((line.strip() for line in lines if line.strip()), "")
+    if profile.is_cuda or not first.startswith(NEEDS_CUDA_MARK):
+        return lines
+    what = first[len(NEEDS_CUDA_MARK):].strip()
+    if not what:
+        raise ValueError(f"A cell's {NEEDS_CUDA_MARK!r} line must say what needs CUDA, e.g. '{NEEDS_CUDA_MARK} sync counts'.")
+    return [f"print({_skip_message(profile, what)!r})\n"]
 
 
 def _version(package: str) -> str | None:
@@ -228,6 +262,8 @@ class ChapterRun:
 
     hardware: str
     started: float
+    skipper: Any = None
+    """The input transformer :func:`chapter_run` installed in the smoke run (:func:`skip_without_cuda`), or None."""
 
     def seconds(self, now: float | None = None) -> float:
         """Seconds since the run started (``now`` defaults to ``time.perf_counter()``)."""
@@ -239,7 +275,19 @@ class ChapterRun:
 
         seconds = self.seconds()
         glue("run_seconds", round(seconds), display=False)
+        shell = _ipython()
+        if self.skipper is not None and shell is not None and self.skipper in shell.input_transformers_post:
+            shell.input_transformers_post.remove(self.skipper)
         return seconds
+
+
+def _ipython() -> Any:
+    """The running IPython shell, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
 
 
 def chapter_run() -> ChapterRun:
@@ -247,7 +295,9 @@ def chapter_run() -> ChapterRun:
 
     The chapter's box cites both values of its stored run: ``run_hardware`` here and
     ``run_seconds`` from :meth:`ChapterRun.finish`. The time covers the cells between
-    the two calls, not the kernel's start.
+    the two calls, not the kernel's start. Without CUDA, it also installs
+    :func:`skip_without_cuda` in the running IPython shell, so that cells marked
+    ``# needs CUDA: ...`` print why they are skipped; :meth:`ChapterRun.finish` removes it.
     """
     from myst_nb import glue
 
@@ -257,7 +307,14 @@ def chapter_run() -> ChapterRun:
     else:
         hardware = f"the CPU ({profile.name} profile, not a measurement)"
     glue("run_hardware", hardware, display=False)
-    return ChapterRun(hardware, time.perf_counter())
+    skipper = None
+    shell = _ipython()
+    if shell is not None and not profile.is_cuda:
+        def skipper(lines: list[str]) -> list[str]:
+            return skip_without_cuda(lines, profile)
+
+        shell.input_transformers_post.append(skipper)
+    return ChapterRun(hardware, time.perf_counter(), skipper)
 
 
 @dataclass(frozen=True)

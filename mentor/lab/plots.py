@@ -6,7 +6,7 @@ of them, a :class:`mentor.lab.trace.Trace`, step times, scalars) and returns mat
 Example:
     >>> from mentor.lab.stats import Result
     >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
-    >>> comparison_figure(cmp).axes[0].get_xlabel().splitlines()[0]
+    >>> comparison_figure(cmp).axes[0].get_xlabel().replace("\\n", " ")[:48]
     'overhead of the total time, reports included (%)'
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from mentor.lab.blocks import drift
+from mentor.lab.figures import PHONE_WIDTH_IN
 from mentor.lab.comparison import Comparison, _short
-from mentor.lab.stats import KINDS
+from mentor.lab.stats import KINDS, drift
 from mentor.lab.trace import (
     _NO_WINDOWS,
     GPU_CATEGORIES,
@@ -75,7 +75,9 @@ def plot_comparison(cmp: Comparison, ax: Any = None, kind: str = "median") -> An
     return ax
 
 def comparison_figure(cmp: Comparison, kind: str = "throughput") -> Any:
-    """:func:`plot_comparison` in a figure of its own, sized for a book page, detached from pyplot.
+    """:func:`plot_comparison` in a figure of its own at phone width (:mod:`mentor.lab.figures`): whole names,
+    wrapped, and every text at :data:`mentor.lab.figures.MIN_TEXT_PT`. Glue it with
+    :func:`mentor.lab.figures.as_svg`.
 
     The figure is closed in pyplot, so that a notebook shows it only where it is
     glued or displayed, not a second time at the end of the cell.
@@ -83,14 +85,17 @@ def comparison_figure(cmp: Comparison, kind: str = "throughput") -> Any:
     Example:
         >>> from mentor.lab.stats import Result
         >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
-        >>> comparison_figure(cmp).axes[0].get_yticklabels()[0].get_text()
-        'b'
+        >>> fig = comparison_figure(cmp)
+        >>> fig.axes[0].get_yticklabels()[0].get_text(), float(fig.get_size_inches()[0])
+        ('b', 4.0)
     """
-    import matplotlib.pyplot as plt
+    from mentor.lab.figures import full_labels, phone_figure, phone_text
 
-    ax = plot_comparison(cmp, kind=kind)
-    plt.close(ax.figure)
-    return ax.figure
+    others = [r.name for r in cmp.results if r.name != cmp.baseline]
+    fig, (ax,) = phone_figure(row_height_in=1.4 + 0.5 * max(1, len(others)))
+    plot_comparison(cmp, ax=ax, kind=kind)
+    full_labels(ax, others)
+    return phone_text(fig)
 
 
 def plot_sweep(results: dict[str, Comparison], kind: str = "throughput", ax: Any = None) -> Any:
@@ -227,8 +232,9 @@ def plot_timeline(trace: Trace, steps: int = 2, ax: Any = None, annotations: boo
     return ax
 
 
-def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = None, ncols: int = 3) -> Any:
-    """One line plot per tag of :func:`mentor.lab.tensorboard.read_tensorboard`'s result, ``ncols`` to a row; returns the axes.
+def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = None, ncols: int = 2) -> Any:
+    """One line plot per tag of :func:`mentor.lab.tensorboard.read_tensorboard`'s result, ``ncols`` to a row, in a
+    figure of phone width (:data:`mentor.lab.figures.PHONE_WIDTH_IN`) when no ``axes`` are given; returns the axes.
 
     Each panel's y axis spans its own values (so a curve that saturates at 1.0 shows
     where it got there), with the tag as the title.
@@ -245,7 +251,7 @@ def plot_scalars(scalars: Mapping[str, list[tuple[int, float]]], axes: Any = Non
     if axes is None:
         cols = min(ncols, len(scalars))
         rows = -(-len(scalars) // cols)
-        fig, grid = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.7 * rows), squeeze=False, layout="constrained")
+        fig, grid = plt.subplots(rows, cols, figsize=(PHONE_WIDTH_IN, 2.0 * rows), squeeze=False, layout="constrained")
         axes = list(grid.flat)
         for extra in axes[len(scalars):]:
             fig.delaxes(extra)

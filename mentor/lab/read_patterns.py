@@ -2,9 +2,9 @@
 
 Each pattern reads the step's loss (and checks it for NaN or infinity where its name says so) in one
 common way: ``.item()`` for a progress bar, a ``print``, ``float()`` in a logger, a NaN check with
-``if``, the same every ``every`` steps, one coalesced copy per report, or
-:class:`mentor.readback.DeferredReadback`. :func:`read_configs` builds them for
-:func:`mentor.lab.compare.compare`; each keeps what it read in ``Reads``, so that a test can check the values.
+``if``, the same at each report (every N steps), one coalesced copy per report, or
+:class:`mentor.readback.DeferredReadback`. :func:`read_configs` builds them for :func:`mentor.lab.blocks.compare_blocks`
+(or :func:`mentor.lab.compare.compare`); each keeps what it read in ``Reads``, so that a test can check the values.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ READ_PATTERNS: dict[str, str] = {
     "print every step": "print(f'loss {loss}') after each step: formatting a CUDA tensor reads it back",
     "float() in a logger": "logger.log({'loss': float(loss)}) after each step",
     "NaN check every step": "if not torch.isfinite(loss): raise ... after each step",
-    "item() every N steps": "loss.item() and the NaN check every `every` steps only (a NaN in between is missed)",
+    "item() every N steps": "loss.item() and the NaN check at each report only (a NaN in between is missed)",
     "one copy every N steps": "the mean loss and a count of non-finite losses kept on the device, read in one "
-                              "torch.stack(...).cpu() every `every` steps",
+                              "torch.stack(...).cpu() at each report",
     "deferred readback": "mentor.readback.DeferredReadback: the loss and a non-finite flag pushed each step, "
                          "the newest arrived values shown, NaN raised when it arrives",
 }
-"""The read patterns of :func:`read_configs`, by name, with what each does per step."""
+"""The read patterns of :func:`read_configs`, by name, with what each does. The patterns named "every N steps" read
+in the loop's report hook, which the comparison calls every N steps (``report_every``)."""
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -48,16 +49,25 @@ def _check(step: int, finite: bool) -> None:
         raise NonFiniteLoss(f"the loss of step {step} is NaN or infinite")
 
 
-def pattern_hooks(name: str, every: int = 10, reads: Reads | None = None) -> tuple[Callable | None, Reads]:
-    """The ``on_step`` hook of read pattern ``name`` (a key of :data:`READ_PATTERNS`), and its ``Reads``.
+Hook = Callable[[Any], None]
 
-    The hook takes a :class:`mentor.lab.train.Step`; ``None`` for ``"no reads"``.
+
+def pattern_hooks(name: str, reads: Reads | None = None) -> tuple[Hook | None, Hook | None, Reads]:
+    """The ``on_step`` and ``on_report`` hooks of read pattern ``name`` (a key of :data:`READ_PATTERNS`), and its
+    ``Reads``.
+
+    ``on_step`` takes a :class:`mentor.lab.train.Step`; ``on_report`` takes the step count, as the training loops
+    of :mod:`mentor.lab.train` and :mod:`mentor.lab.blocks` call them. Either is ``None`` where the pattern has no
+    work there: ``"no reads"`` has neither, the every-step patterns and the deferred readback no report, and the
+    patterns that read every N steps do their read in the report.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> hook, reads = pattern_hooks("item() every N steps", every=2)
+        >>> on_step, on_report, reads = pattern_hooks("item() every N steps")
         >>> for i, loss in enumerate([0.5, 0.25, 0.125, 1.0]):
-        ...     hook(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+        ...     on_step(SimpleNamespace(index=i, loss=torch.tensor(loss)))
+        ...     if (i + 1) % 2 == 0:
+        ...         on_report(i + 1)
         >>> reads.values
         [(1, 0.25), (3, 1.0)]
     """
@@ -65,42 +75,53 @@ def pattern_hooks(name: str, every: int = 10, reads: Reads | None = None) -> tup
 
     if name not in READ_PATTERNS:
         raise ValueError(f"unknown read pattern {name!r}: pass one of {list(READ_PATTERNS)}.")
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be a whole number of steps >= 1, not {every!r}.")
     reads = Reads() if reads is None else reads
     if name == "no reads":
-        return None, reads
+        return None, None, reads
     if name == "item() every step":
-        return (lambda s: reads.values.append((s.index, s.loss.item()))), reads
+        return (lambda s: reads.values.append((s.index, s.loss.item()))), None, reads
     if name == "print every step":
-        return (lambda s: print(f"step {s.index}: loss {s.loss}", file=reads.printed)), reads
+        return (lambda s: print(f"step {s.index}: loss {s.loss}", file=reads.printed)), None, reads
     if name == "float() in a logger":
-        return (lambda s: reads.values.append((s.index, float(s.loss.detach())))), reads
+        return (lambda s: reads.values.append((s.index, float(s.loss.detach())))), None, reads
     if name == "NaN check every step":
-        return (lambda s: _check(s.index, bool(torch.isfinite(s.loss)))), reads
+        return (lambda s: _check(s.index, bool(torch.isfinite(s.loss)))), None, reads
     if name == "item() every N steps":
-        def every_n(s: Any) -> None:
-            if (s.index + 1) % every == 0:
-                value = s.loss.item()
-                _check(s.index, value == value and abs(value) != float("inf"))
-                reads.values.append((s.index, value))
-        return every_n, reads
-    if name == "one copy every N steps":
-        sums: dict[str, torch.Tensor] = {}
+        last: list[Any] = []  # the newest step's index and loss, kept on the device until the report
 
-        def coalesced(s: Any) -> None:
+        def keep(s: Any) -> None:
+            last[:] = [s.index, s.loss]
+
+        def sample(count: int) -> None:
+            if not last or (reads.values and reads.values[-1][0] == last[0]):
+                return  # no step since the last report: nothing new to read
+            index, loss = last
+            value = loss.item()
+            _check(index, value == value and abs(value) != float("inf"))
+            reads.values.append((index, value))
+        return keep, sample, reads
+    if name == "one copy every N steps":
+        sums: dict[str, Any] = {}
+
+        def accumulate(s: Any) -> None:
             loss = s.loss.detach().float()
             if not sums:
-                sums.update(loss=torch.zeros_like(loss), bad=torch.zeros_like(loss))
+                sums.update(loss=torch.zeros_like(loss), bad=torch.zeros_like(loss), steps=0)
             sums["loss"] += loss
             sums["bad"] += (~torch.isfinite(loss)).float()
-            if (s.index + 1) % every == 0:
-                mean, bad = torch.stack([sums["loss"] / every, sums["bad"]]).cpu().tolist()
-                sums["loss"].zero_()
-                sums["bad"].zero_()
-                _check(s.index, bad == 0)
-                reads.values.append((s.index, mean))
-        return coalesced, reads
+            sums["steps"] += 1
+            sums["index"] = s.index
+
+        def copy(count: int) -> None:
+            if not sums or not sums["steps"]:
+                return
+            mean, bad = torch.stack([sums["loss"] / sums["steps"], sums["bad"]]).cpu().tolist()
+            sums["loss"].zero_()
+            sums["bad"].zero_()
+            sums["steps"] = 0
+            _check(sums["index"], bad == 0)
+            reads.values.append((sums["index"], mean))
+        return accumulate, copy, reads
     readback = DeferredReadback()
 
     def deferred(s: Any) -> None:
@@ -110,11 +131,14 @@ def pattern_hooks(name: str, every: int = 10, reads: Reads | None = None) -> tup
         if reading is not None and (not reads.values or reads.values[-1][0] != reading.step):
             _check(reading.step, reading.values["finite"] == 1.0)
             reads.values.append((reading.step, reading.values["loss"]))
-    return deferred, reads
+    return deferred, None, reads
 
 
-def read_configs(names: tuple[str, ...] | list[str] = tuple(READ_PATTERNS), every: int = 10) -> list[Any]:
+def read_configs(names: tuple[str, ...] | list[str] = tuple(READ_PATTERNS)) -> list[Any]:
     """:class:`mentor.lab.configs.Config` objects for the read patterns ``names`` (the first is the baseline).
+
+    Each ``make()`` returns the pattern's ``(on_step, on_report)``; the comparison's ``report_every`` sets the N of
+    the patterns that read every N steps.
 
     Example:
         >>> [c.name for c in read_configs(["no reads", "deferred readback"])]
@@ -124,12 +148,13 @@ def read_configs(names: tuple[str, ...] | list[str] = tuple(READ_PATTERNS), ever
 
     configs = []
     for name in names:
-        pattern_hooks(name, every)  # refuse a bad name or every now, not in the first run
+        pattern_hooks(name)  # refuse a bad name now, not in the first run
 
-        def make(name: str = name) -> tuple[Callable | None, None]:
-            return pattern_hooks(name, every)[0], None
+        def make(name: str = name) -> tuple[Hook | None, Hook | None]:
+            on_step, on_report, _ = pattern_hooks(name)
+            return on_step, on_report
 
-        configs.append(Config(name, make, READ_PATTERNS[name].replace("`every`", str(every))))
+        configs.append(Config(name, make, READ_PATTERNS[name]))
     return configs
 
 

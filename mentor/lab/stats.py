@@ -260,3 +260,19 @@ def paired_overhead(rounds: Sequence[Sequence[float]], base: Sequence[Sequence[f
         ratios = ta[idx].sum(axis=1) / tb[idx].sum(axis=1)
     lo, hi = np.quantile((ratios - 1.0) * 100.0, [(1 - level) / 2, (1 + level) / 2])
     return Interval(point, float(lo), float(hi), level)
+
+
+def drift(step_ms: Sequence[float], window: int = 50) -> list[float]:
+    """Mean step time of each run of ``window`` consecutive steps (a trailing partial window is dropped), in float64.
+
+    Example:
+        >>> drift([1.0, 3.0, 2.0, 2.0, 9.0], window=2)
+        [2.0, 2.0]
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}.")
+    if len(step_ms) < window:
+        raise ValueError(f"step_ms has {len(step_ms)} steps, fewer than one window of {window}: pass more steps "
+                         f"or a smaller window.")
+    n = len(step_ms) // window * window
+    return [float(m) for m in np.asarray(step_ms[:n], dtype=float).reshape(-1, window).mean(axis=1)]

@@ -8,6 +8,7 @@ One module per job:
 - ``mentor.lab.metric_sets``: the article's metric sets and their variants, the ways of grouping them
 - ``mentor.lab.tensorboard``: logging computed values to TensorBoard and reading them back
 - ``mentor.lab.trace``: reading Chrome traces: steps, syncs, waits, host time, GPU idle time
+- ``mentor.lab.host_calls``: which CUDA API calls took a range's host time, call name by call name
 - ``mentor.lab.profiling``: profiler sessions, per-step sync counts in a trace, sync audits
 - ``mentor.lab.stats``: step-time results and the paired bootstrap interval of an overhead
 - ``mentor.lab.comparison``: the result of a comparison (overheads, verdicts, table, JSON) and sweeps of them

@@ -73,11 +73,13 @@ def test_a_missed_aa_makes_every_overhead_unresolved():
     missed = _comparison([[11.0], [22.0], [16.5]])
     assert aa_resolved(missed) is False
     assert cost_table({"p": {"eager": missed}}).splitlines()[1:] == [
-        "p           eager            no metrics, again    unresolved (A/A missed 0: +10.0 % [10.0, 10.0])",
-        "p           eager            suite                unresolved"]
+        "p, eager: unresolved, its A/A interval missed 0",
+        "  no metrics, again  +10.0 % [10.0, 10.0]",
+        "  suite              +5.0 % [5.0, 5.0]"]
     held = _comparison([[10.0], [20.0], [15.0]])
     assert aa_resolved(held) is True
-    assert cost_table({"p": {"eager": held}}).splitlines()[2] == "p           eager            suite                +5.0 % [5.0, 5.0]"
+    assert cost_table({"p": {"eager": held}}).splitlines()[1:] == [
+        "p, eager", "  no metrics, again  +0.0 % [0.0, 0.0]", "  suite              +5.0 % [5.0, 5.0]"]
 
 
 def test_one_round_has_no_interval_and_is_not_resolved():
@@ -140,18 +142,19 @@ def test_the_kind_of_overhead_is_passed_on():
                       Result("suite", "", [[11.0, 11.0, 22.0]] * 3)], "none", 1)
     assert (aa_resolved(cmp), aa_resolved(cmp, "median")) == (False, True)
     assert cost_table({"p": {"eager": cmp}}, "median").splitlines() == [
-        "point       mode             configuration        overhead [95 % interval]",
-        "p           eager            no metrics, again    +0.0 % [0.0, 0.0]",
-        "p           eager            suite                +10.0 % [10.0, 10.0]"]
-    assert cost_table({"p": {"eager": cmp}}).splitlines()[2] == "p           eager            suite                unresolved"
+        "configuration        overhead [95 % interval]",
+        "p, eager",
+        "  no metrics, again  +0.0 % [0.0, 0.0]",
+        "  suite              +10.0 % [10.0, 10.0]"]
+    assert cost_table({"p": {"eager": cmp}}).splitlines()[1] == "p, eager: unresolved, its A/A interval missed 0"
 
 
 def test_the_table_shows_the_kind_it_is_asked_for():
     base = [[10.0, 10.0, 10.0]] * 3
     cmp = Comparison([Result("none", "", base), Result(AA, "", base),
                       Result("suite", "", [[11.0, 11.0, 22.0]] * 3)], "none", 1)
-    assert cost_table({"p": {"eager": cmp}}).splitlines()[2] == "p           eager            suite                +46.7 % [46.7, 46.7]"
-    assert cost_table({"p": {"eager": cmp}}, "median").splitlines()[2].endswith("+10.0 % [10.0, 10.0]")
+    assert cost_table({"p": {"eager": cmp}}).splitlines()[3] == "  suite              +46.7 % [46.7, 46.7]"
+    assert cost_table({"p": {"eager": cmp}}, "median").splitlines()[3].endswith("+10.0 % [10.0, 10.0]")
 
 
 # --- the suite inside the compiled step ------------------------------------------------------------------------
@@ -299,3 +302,28 @@ def test_matrix_costs_without_the_inside_configuration_and_its_refusals():
         matrix_costs([TINY], PROFILE, ["optimized"], modes=["eager"], rounds=1)
     with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'x'"):
         matrix_costs([TINY], PROFILE, modes=["eager", "x"], rounds=1)
+
+
+def test_the_tables_never_cut_a_name_and_grow_with_the_longest():
+    """A point, mode or configuration name of any length is printed whole (chapter 14's 'bf16 b32 96px' once ran
+    into its mode), and every block's columns line up with the header."""
+    from mentor.lab.compiled_loop import compile_counts_table
+
+    long = "fused suite, inside the step compiled with reduce-overhead"
+    counts = {"warmup": {"graphs": 12, "breaks": 3, "cudagraph_skips": 1},
+              "timed": {"graphs": 0, "breaks": 0, "cudagraph_skips": 45}}
+    cmp = Comparison([Result("none", "", [[10.0], [20.0], [15.0]]), Result(AA, "", [[10.0], [20.0], [15.0]]),
+                      Result(long, "", [[11.0], [22.0], [16.5]])], "none", 1,
+                     settings={"compile": {"none": counts, long: counts}})
+    costs = {"bf16 b32 96px, a long point": {"reduce-overhead": cmp}}
+    lines = cost_table(costs).splitlines()
+    assert lines[1] == "bf16 b32 96px, a long point, reduce-overhead"
+    assert lines[3] == f"  {long}  +10.0 % [10.0, 10.0]"
+    assert lines[0].index("overhead") == lines[3].index("+10.0")
+    counted = compile_counts_table(costs).splitlines()
+    assert counted[2] == "bf16 b32 96px, a long point, reduce-overhead"
+    assert counted[4] == f"  {long}     12      3     1       0      0    45"
+    assert counted[4][:counted[1].index("skips") + len("skips")].endswith("  3     1")
+    assert counted[1].rindex("skips") + len("skips") == len(counted[4])
+    assert counted[0].index("warm-up") == counted[1].index("graphs")
+    assert counted[0].index("timed") == counted[1].rindex("graphs")

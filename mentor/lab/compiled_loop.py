@@ -373,9 +373,15 @@ def aa_resolved(comparison: Comparison, kind: str = "throughput") -> bool:
     return interval.has_interval and interval.lo <= 0.0 <= interval.hi
 
 
+def _name_width(costs: dict[str, dict[str, Comparison]], names: Any) -> int:
+    return max([len("configuration")] + [len(n) for by_mode in costs.values() for c in by_mode.values()
+                                         for n in names(c)])
+
+
 def cost_table(costs: dict[str, dict[str, Comparison]], kind: str = "throughput") -> str:
-    """One line per point, mode and configuration: its overhead over the baseline (``kind``), with the A/A's
-    verdict; at a pair whose A/A interval misses 0, every overhead reads ``unresolved``.
+    """One block per point and mode, one line per configuration: its overhead over the baseline (``kind``).
+    A block whose A/A interval misses 0 says so in its heading: its overheads are printed, but nothing in it is
+    resolved. Names are never cut: the name column is as wide as the longest.
 
     Example:
         >>> from mentor.lab.stats import Result
@@ -383,45 +389,49 @@ def cost_table(costs: dict[str, dict[str, Comparison]], kind: str = "throughput"
         ...                   Result(AA, "", [[10.0], [20.0], [15.0]]),
         ...                   Result("suite", "", [[11.0], [22.0], [16.5]])], "no metrics", 1)
         >>> print(cost_table({"fp32 b32": {"eager": cmp}}))
-        point       mode             configuration        overhead [95 % interval]
-        fp32 b32    eager            no metrics, again    +0.0 % [0.0, 0.0]
-        fp32 b32    eager            suite                +10.0 % [10.0, 10.0]
+        configuration        overhead [95 % interval]
+        fp32 b32, eager
+          no metrics, again  +0.0 % [0.0, 0.0]
+          suite              +10.0 % [10.0, 10.0]
     """
-    lines = [f"{'point':<12}{'mode':<17}{'configuration':<21}overhead [95 % interval]"]
+    width = _name_width(costs, lambda c: [r.name for r in c.results if r.name != c.baseline])
+    lines = [f"{'configuration':<{width + 4}}overhead [95 % interval]"]
     for point, by_mode in costs.items():
         for mode, comparison in by_mode.items():
             resolved = aa_resolved(comparison, kind)
+            lines.append(f"{point}, {mode}" + ("" if resolved else ": unresolved, its A/A interval missed 0"))
             for result in comparison.results:
-                if result.name == comparison.baseline:
-                    continue
-                text = str(comparison.overhead(result.name, kind))
-                if not resolved:
-                    text = "unresolved (A/A missed 0: " + text + ")" if result.name == AA else "unresolved"
-                lines.append(f"{point:<12}{mode:<17}{result.name:<21}{text}")
+                if result.name != comparison.baseline:
+                    lines.append(f"  {result.name:<{width}}  {comparison.overhead(result.name, kind)}")
     return "\n".join(lines)
 
 
 def compile_counts_table(costs: dict[str, dict[str, Comparison]]) -> str:
-    """One line per point, mode and configuration of a :func:`matrix_costs` run: graphs compiled, graph breaks and
-    CUDA-graph skips in its blocks, in the warm-up and in the timed rounds (a graph compiled there is a recompile).
+    """One block per point and mode of a :func:`matrix_costs` run, one line per configuration: graphs compiled,
+    graph breaks and CUDA-graph skips in its blocks, in the warm-up and in the timed rounds (a graph compiled
+    there is a recompile).
 
     Example:
         >>> from mentor.lab.stats import Result
         >>> counts = {"warmup": {"graphs": 2, "breaks": 0, "cudagraph_skips": 0},
-        ...           "timed": {"graphs": 0, "breaks": 0, "cudagraph_skips": 0}}
+        ...           "timed": {"graphs": 0, "breaks": 1, "cudagraph_skips": 0}}
         >>> cmp = Comparison([Result("no metrics", "", [[1.0]])], "no metrics", 1,
         ...                  settings={"compile": {"no metrics": counts}})
         >>> print(compile_counts_table({"fp32 b32": {"default": cmp}}))
-        point       mode             configuration          warm-up: graphs breaks skips   timed: graphs breaks skips
-        fp32 b32    default          no metrics                           2      0     0               0      0     0
+                        warm-up              timed
+        configuration   graphs breaks skips  graphs breaks skips
+        fp32 b32, default
+          no metrics         2      0     0       0      1     0
     """
-    lines = [f"{'point':<12}{'mode':<17}{'configuration':<23}{'warm-up: graphs breaks skips':>28}"
-             f"{'timed: graphs breaks skips':>29}"]
+    width = _name_width(costs, lambda c: list(c.settings.get("compile", {})))
+    phase_head = f"{'graphs':>6}{'breaks':>7}{'skips':>6}"
+    lines = [f"{'':<{width + 3}}{'warm-up':<21}timed", f"{'configuration':<{width + 3}}{phase_head}  {phase_head}"]
     for point, by_mode in costs.items():
         for mode, comparison in by_mode.items():
+            lines.append(f"{point}, {mode}")
             for name, phases in comparison.settings.get("compile", {}).items():
-                cells = "".join(f"{phases[phase][key]:>{w}}" for phase in ("warmup", "timed")
-                                for key, w in (("graphs", 15 if phase == "warmup" else 16), ("breaks", 7),
-                                               ("cudagraph_skips", 6)))
-                lines.append(f"{point:<12}{mode:<17}{name:<23}{cells}")
+                cells = "  ".join("".join(f"{phases[phase][key]:>{w}}" for key, w in
+                                          (("graphs", 6), ("breaks", 7), ("cudagraph_skips", 6)))
+                                  for phase in ("warmup", "timed"))
+                lines.append(f"  {name:<{width}} {cells}")
     return "\n".join(lines)

@@ -29,6 +29,27 @@ def test_the_optimized_set_recompiles_every_step_until_dynamo_gives_up(reports: 
     assert r.recompiles == 7
 
 
+def test_with_int_attributes_unspecialized_the_optimized_set_recompiles_once() -> None:
+    """torch/_dynamo/config.py: allow_unspec_int_on_nn_module lets an int attribute of a module go dynamic. The
+    first call specializes on _update_count == 1, the second sees it change and recompiles with it unspecialized,
+    and no later call recompiles; the setting is restored after the block."""
+    with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
+        r = compile_report("optimized", steps=10, label="optimized, ints unspecialized")
+    assert torch._dynamo.config.allow_unspec_int_on_nn_module is False
+    assert (r.name, r.graphs, r.graph_breaks, r.error) == ("optimized, ints unspecialized", 1, 0, None)
+    assert r.frames_after_step == (1, 2, 2, 2, 2, 2, 2, 2, 2, 2)
+
+
+def test_a_report_and_a_config_carry_the_label_they_are_given() -> None:
+    from mentor.lab.compiled import compiled_update_config
+
+    assert compile_report("fused suite", steps=1).name == "fused suite"
+    assert compile_report("fused suite", steps=1, label="the suite").name == "the suite"
+    assert compiled_update_config("optimized", 10, "cpu").name == "optimized, compiled"
+    assert compiled_update_config("optimized", 10, "cpu", "reduce-overhead").name == "optimized, compiled (reduce-overhead)"
+    assert compiled_update_config("optimized", 10, "cpu", label="compiled optimized").name == "compiled optimized"
+
+
 def test_torchmetrics_defaults_break_at_the_nan_check_and_at_bincount(reports: dict[str, CompileReport]) -> None:
     """MeanMetric's NaN check branches on a tensor (aggregation.py:93) and each of the four macro classifiers
     counts with bincount, whose output shape depends on the data (utilities/data.py:206)."""
@@ -74,6 +95,8 @@ def test_table_counts_repeated_breaks_and_singulars() -> None:
     (lambda: compile_set("defaults"), ValueError, r"unknown metric set 'defaults': pass one of"),
     (lambda: compile_report("fused suite", steps=0), ValueError, r"steps must be a whole number of compiled calls"),
     (lambda: compile_report("fused suite", steps=True), ValueError, r"steps must be a whole number"),
+    (lambda: compile_report("fused suite", label=""), ValueError, r"label must be a non-empty string naming the report, got ''"),
+    (lambda: compile_report("fused suite", label=3), ValueError, r"label must be a non-empty string naming the report, got 3"),
 ])
 def test_bad_arguments_are_refused(call, error, match) -> None:
     with pytest.raises(error, match=match):

@@ -94,8 +94,10 @@ def _batch(num_classes: int, batch: int, device: torch.device | str, step: int) 
 
 
 def compile_report(name: str, num_classes: int = 10, device: torch.device | str = "cpu", steps: int = 10,
-                   batch: int = 8) -> CompileReport:
-    """Trace and compile the update of metric set ``name`` (a key of :data:`COMPILE_SETS`).
+                   batch: int = 8, label: str | None = None) -> CompileReport:
+    """Trace and compile the update of metric set ``name`` (a key of :data:`COMPILE_SETS`); the report is named
+    ``label`` (default: ``name``). Dynamo's settings are those in force at the call, so a report under another
+    setting runs inside ``torch._dynamo.config.patch(...)`` and says so in its ``label``.
 
     One update runs eagerly first, so that state and torchmetrics' lazy checks of optional
     packages are set up outside the tracer (in a fresh process, dynamo 2.14 fails with an internal
@@ -106,12 +108,19 @@ def compile_report(name: str, num_classes: int = 10, device: torch.device | str 
         >>> r = compile_report("fused suite", steps=3)
         >>> r.graphs, r.graph_breaks, r.frames_after_step
         (1, 0, (1, 1, 1))
+        >>> with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
+        ...     r = compile_report("optimized", steps=10, label="optimized, ints unspecialized")
+        >>> r.name, r.recompiles
+        ('optimized, ints unspecialized', 1)
     """
     import torch._dynamo as dynamo
     from torch._dynamo.testing import CompileCounter
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a whole number of compiled calls >= 1, not {steps!r}.")
+    if label is not None and (not isinstance(label, str) or not label):
+        raise ValueError(f"label must be a non-empty string naming the report, got {label!r}.")
+    label = name if label is None else label
     metrics = compile_set(name, num_classes, device)
     metrics.update(*_batch(num_classes, batch, device, -1))
     dynamo.reset()
@@ -120,7 +129,7 @@ def compile_report(name: str, num_classes: int = 10, device: torch.device | str 
     except Exception as error:  # dynamo wraps what went wrong in several types; the report names it
         dynamo.reset()
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return CompileReport(name, 0, 0, (), (), error=f"{type(error).__name__}: {first}")
+        return CompileReport(label, 0, 0, (), (), error=f"{type(error).__name__}: {first}")
     breaks = tuple(GraphBreak(r.reason.strip().splitlines()[0], _where(r.user_stack[-1]) if r.user_stack else "?")
                    for r in explained.break_reasons)
     dynamo.reset()
@@ -131,7 +140,7 @@ def compile_report(name: str, num_classes: int = 10, device: torch.device | str 
         compiled(*_batch(num_classes, batch, device, step + 1))
         frames.append(counter.frame_count)
     dynamo.reset()
-    return CompileReport(name, explained.graph_count, explained.graph_break_count, breaks, tuple(frames))
+    return CompileReport(label, explained.graph_count, explained.graph_break_count, breaks, tuple(frames))
 
 
 def compile_reports(names: Sequence[str] = tuple(COMPILE_SETS), **options: Any) -> list[CompileReport]:
@@ -167,8 +176,9 @@ def compile_table(reports: Sequence[CompileReport]) -> str:
 
 
 def compiled_update_config(name: str, num_classes: int, device: torch.device | str, mode: str | None = None,
-                           backend: str = "inductor") -> Any:
-    """A :class:`mentor.lab.configs.Config` that updates metric set ``name`` each step through ``torch.compile``.
+                           backend: str = "inductor", label: str | None = None) -> Any:
+    """A :class:`mentor.lab.configs.Config` that updates metric set ``name`` each step through ``torch.compile``,
+    named ``label`` (default: ``"<name>, compiled"``, and the mode in brackets).
 
     The model stays eager; only the update is compiled (``mode`` and ``backend`` go to
     ``torch.compile``: ``mode="reduce-overhead"`` asks inductor for CUDA graphs). Each ``make()``
@@ -180,6 +190,8 @@ def compiled_update_config(name: str, num_classes: int, device: torch.device | s
         >>> cfg = compiled_update_config("fused suite", 10, "cpu", backend="eager")
         >>> cfg.name, callable(cfg.make()[0])
         ('fused suite, compiled', True)
+        >>> compiled_update_config("fused suite", 10, "cpu", "reduce-overhead", label="suite, CUDA graphs").name
+        'suite, CUDA graphs'
     """
     from mentor.lab.configs import Config
     from mentor.lab.metric_sets import read_values
@@ -198,7 +210,8 @@ def compiled_update_config(name: str, num_classes: int, device: torch.device | s
 
         return (lambda s: update(s.loss, s.output, s.labels)), on_report
 
-    label = f"{name}, compiled" + (f" ({mode})" if mode else "")
+    if label is None:
+        label = f"{name}, compiled" + (f" ({mode})" if mode else "")
     return Config(label, make, f"{COMPILE_SETS[name]}; update through torch.compile(mode={mode!r})")
 
 

@@ -96,3 +96,17 @@ def test_the_table_shows_the_first_rows_and_shortens_long_names():
     ]
     assert api_calls_table(rows).splitlines()[2] == (
         "cudaMemsetAsync                    1.0            2.0          2.0")
+
+
+def test_boundaries_the_first_mutation_run_left_open():
+    """A call shorter than 1 µs is its own longest; the table shows 5 names by default; a name of 27 characters
+    fits whole and one of 28 is cut."""
+    t = _trace(("cudaGetDevice", 3, 0.25, 1), ("cudaGetDevice", 9, 0.5, 1))
+    assert api_calls(t, "update") == [CallTime("cudaGetDevice", 2.0, 0.75, 0.5)]
+    rows = [CallTime(f"call{k}", 1.0, 10.0 - k, 1.0) for k in range(6)]
+    assert len(api_calls_table(rows).splitlines()) == 1 + 5
+    fits, cut = "c" * 27, "c" * 28
+    lines = api_calls_table([CallTime(fits, 1.0, 2.0, 2.0), CallTime(cut, 1.0, 1.0, 1.0)]).splitlines()
+    assert lines[1].startswith(fits + " ") and lines[2].startswith("c" * 26 + "… ")
+    with pytest.raises(TypeError, match=r"not str\.$"):
+        api_calls("trace.json", "update")

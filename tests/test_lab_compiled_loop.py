@@ -300,8 +300,11 @@ def test_matrix_costs_without_the_inside_configuration_and_its_refusals():
         matrix_costs([TINY], PROFILE, [Config(INSIDE)], modes=["eager"], rounds=1)
     with pytest.raises(TypeError, match=r"configs must be a sequence of mentor.lab.configs.Config"):
         matrix_costs([TINY], PROFILE, ["optimized"], modes=["eager"], rounds=1)
-    with pytest.raises(ValueError, match=r"mode must be one of \['eager', 'default', 'reduce-overhead'\], got 'x'"):
+    with pytest.raises(ValueError, match=r"modes must be a non-empty selection of \['eager', 'default', "
+                                         r"'reduce-overhead'\], got \['eager', 'x'\]\."):
         matrix_costs([TINY], PROFILE, modes=["eager", "x"], rounds=1)
+    with pytest.raises(ValueError, match=r"modes must be a non-empty selection"):
+        matrix_costs([TINY], PROFILE, modes=[], rounds=1)
 
 
 def test_the_tables_never_cut_a_name_and_grow_with_the_longest():

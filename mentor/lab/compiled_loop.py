@@ -32,7 +32,7 @@ import contextlib
 import dataclasses
 import random
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -92,9 +92,7 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
     """
     if not configs or not all(isinstance(c, Config) for c in configs):
         raise TypeError("configs must be a non-empty sequence of mentor.lab.configs.Config, the baseline first.")
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise ValueError(f"modes must be a non-empty selection of {list(MODES)}, got {list(modes)!r}.")
+    _check_modes(modes)
     if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 0:
         raise ValueError(f"warmup_rounds must be an int >= 0, got {warmup_rounds!r}.")
     configs = list(configs)
@@ -102,20 +100,33 @@ def loop_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Sequ
         configs.insert(1, Config(AA, configs[0].make, "the baseline again: an A/A comparison, whose interval "
                                  "must contain 0"))
     out: dict[str, dict[str, Comparison]] = {}
+    for point, mode, setup, batches in _each_fresh(points, profile, modes):
+        setup = compiled_setup(setup, mode, **compile_options)
+        if warmup_rounds:  # reports at least once per block here, so that their first run is not timed
+            compare_blocks(configs, setup, batches, rounds=warmup_rounds, block=block, settle=settle,
+                           report_every=min(report_every, max(1, block - settle - 1)), count_syncs=False,
+                           seed=seed)
+        out.setdefault(point.name, {})[mode] = compare_blocks(configs, setup, batches, rounds=rounds, block=block,
+                                                              settle=settle, report_every=report_every,
+                                                              count_syncs=count_syncs, seed=seed)
+    return out
+
+
+def _check_modes(modes: Sequence[str]) -> None:
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"modes must be a non-empty selection of {list(MODES)}, got {list(modes)!r}.")
+
+
+def _each_fresh(points: Sequence[OperatingPoint], profile: Profile,
+                modes: Sequence[str]) -> Iterator[tuple[OperatingPoint, str, Setup, Iterable]]:
+    """Each point and mode, in that order, with ``torch._dynamo.reset()`` and a fresh model and data
+    (:func:`mentor.lab.configs.point_setup`), so that no compiled code carries over from one pair to the next."""
     for point in points:
-        out[point.name] = {}
         for mode in modes:
             torch._dynamo.reset()
             setup, batches = point_setup(point, profile)
-            setup = compiled_setup(setup, mode, **compile_options)
-            if warmup_rounds:  # reports at least once per block here, so that their first run is not timed
-                compare_blocks(configs, setup, batches, rounds=warmup_rounds, block=block, settle=settle,
-                               report_every=min(report_every, max(1, block - settle - 1)), count_syncs=False,
-                               seed=seed)
-            out[point.name][mode] = compare_blocks(configs, setup, batches, rounds=rounds, block=block,
-                                                   settle=settle, report_every=report_every,
-                                                   count_syncs=count_syncs, seed=seed)
-    return out
+            yield point, mode, setup, batches
 
 
 INSIDE = "fused suite, inside"
@@ -191,9 +202,7 @@ def _synchronize(setup: Setup) -> None:
 
 def _check_design(mode_list: Sequence[str], rounds: int, block: int, settle: int, report_every: int,
                   warmup_rounds: int) -> None:
-    unknown = [m for m in mode_list if m not in MODES]
-    if unknown or not mode_list:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {unknown[0] if unknown else mode_list!r}.")
+    _check_modes(mode_list)
     for label, value, low in (("rounds", rounds, 1), ("block", block, 1), ("settle", settle, 0),
                               ("report_every", report_every, 0), ("warmup_rounds", warmup_rounds, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -253,30 +262,26 @@ def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Se
     if len(set(names)) != len(names):
         raise ValueError(f"configuration names must be unique and not {['no metrics', AA, INSIDE]}, got {names}.")
     out: dict[str, dict[str, Comparison]] = {}
-    for point in points:
-        out[point.name] = {}
-        for mode in modes:
-            torch._dynamo.reset()
-            setup, batches = point_setup(point, profile)
-            plain = step_function(setup, None, mode, **compile_options)
-            entries = {"no metrics": (plain, Config("no metrics")), AA: (plain, Config(AA))}
-            entries |= {c.name: (plain, c) for c in configs}
-            suite = None
-            if inside:
-                suite = FusedMetrics(profile.num_classes).to(setup.device)
+    for point, mode, setup, batches in _each_fresh(points, profile, modes):
+        plain = step_function(setup, None, mode, **compile_options)
+        entries = {"no metrics": (plain, Config("no metrics")), AA: (plain, Config(AA))}
+        entries |= {c.name: (plain, c) for c in configs}
+        suite = None
+        if inside:
+            suite = FusedMetrics(profile.num_classes).to(setup.device)
 
-                def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
-                    def report(_: int) -> None:
-                        # compute() reads back the count of invalid labels; the values come back in one copy
-                        torch.stack(list(suite.compute().values())).tolist()
-                        suite.reset()
+            def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
+                def report(_: int) -> None:
+                    # compute() reads back the count of invalid labels; the values come back in one copy
+                    torch.stack(list(suite.compute().values())).tolist()
+                    suite.reset()
 
-                    return None, report
+                return None, report
 
-                entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), Config(INSIDE, make))
-            out[point.name][mode] = _time_matrix(entries, setup, batches, point, mode, rounds=rounds, block=block,
-                                                 settle=settle, report_every=report_every,
-                                                 warmup_rounds=warmup_rounds, seed=seed, suite=suite)
+            entries[INSIDE] = (step_function(setup, suite, mode, **compile_options), Config(INSIDE, make))
+        out.setdefault(point.name, {})[mode] = _time_matrix(entries, setup, batches, point, mode, rounds=rounds,
+                                                            block=block, settle=settle, report_every=report_every,
+                                                            warmup_rounds=warmup_rounds, seed=seed, suite=suite)
     return out
 
 
@@ -351,6 +356,8 @@ def inside_costs(points: Sequence[OperatingPoint], profile: Profile, *, mode: st
         >>> [r.name for r in costs["tiny"].results], costs["tiny"].settings["report_steps"][INSIDE]
         (['no metrics', 'no metrics, again', 'fused suite, inside'], [[0, 0], [1, 0]])
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}.")
     costs = matrix_costs(points, profile, (), modes=[mode], rounds=rounds, block=block, settle=settle,
                          report_every=report_every, warmup_rounds=warmup_rounds, seed=seed, **compile_options)
     return {name: by_mode[mode] for name, by_mode in costs.items()}

@@ -16,9 +16,13 @@ logged with ``prog_bar=True`` goes through ``convert_tensors_to_scalars`` there,
 - resets the metric.
 
 At a later batch, once the copy has arrived, it hands the values to every logger of the trainer
-(``trainer.loggers``). No batch waits for the GPU to read them. At the end of training the callback
-reports the batches since its last report, and waits once for that copy. Under DDP, ``compute()`` still syncs the ranks with
-torchmetrics' collectives, once per report (chapter 12).
+(``trainer.loggers``). The copy makes no batch wait. What ``compute()`` itself reads is the metric's:
+``FusedMetrics.compute`` reads back its count of invalid labels, one sync per report, and under DDP
+torchmetrics' sync adds its collectives, once per report (chapter 12). A batch that does not report
+makes no sync here. At the end of training the callback reports the batches since its last report and
+waits once for that copy.
+
+
 
 In a LightningModule (``import lightning as L``)::
 

@@ -267,7 +267,8 @@ def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Se
 
                 def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
                     def report(_: int) -> None:
-                        torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+                        # compute() reads back the count of invalid labels; the values come back in one copy
+                        torch.stack(list(suite.compute().values())).tolist()
                         suite.reset()
 
                     return None, report

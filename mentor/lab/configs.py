@@ -89,7 +89,8 @@ def suite_config(num_classes: int, device: torch.device | str, name: str = "fuse
         suite = FusedMetrics(num_classes).to(device)
 
         def on_report(_: int) -> None:
-            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+            # compute() reads back the count of invalid labels; the values come back in one copy
+            torch.stack(list(suite.compute().values())).tolist()
             suite.reset()
 
         return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report

@@ -156,7 +156,8 @@ def sync_configs(num_classes: int, device: torch.device) -> list[Any]:
         suite = flat_sync(FusedMetrics)(num_classes).to(device)
 
         def on_report(_: int) -> None:
-            torch.stack(list(suite.compute().values())).tolist()  # one read-back for the whole report
+            # compute() reads back the count of invalid labels; the values come back in one copy
+            torch.stack(list(suite.compute().values())).tolist()
             suite.reset()
 
         return (lambda s: suite.update(s.loss, s.output, s.labels)), on_report

@@ -28,6 +28,7 @@ One module per job:
 - ``mentor.lab.compiled``: metric updates under ``torch.compile``: graph breaks and recompiles
 - ``mentor.lab.compiled_step``: a metric update inside the reader's compiled step: breaks, graphs, kernels
 - ``mentor.lab.compiled_loop``: what an update costs in the loop when the model is compiled, at each point
+- ``mentor.lab.frameworks``: the same step under PyTorch Lightning and Accelerate, metrics logged their way or the suite's
 - ``mentor.lab.ddp``: a one-rank process group and worker processes that clean up
 - ``mentor.lab.worker``: one rank of a two-GPU measurement, started with torchrun
 """

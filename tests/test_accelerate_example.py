@@ -1,0 +1,80 @@
+"""The README's Accelerate loop with the suite, run as printed with a small model: what it logs and when, against
+the suite updated by hand on the same outputs; on CUDA, that its only syncs are the suite's one read per report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("accelerate", reason="the Accelerate example needs accelerate (requirements.txt)")
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+
+from marks import gpu
+from mentor.suite import FusedMetrics
+
+NUM_CLASSES = 5
+
+
+def snippet() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "from accelerate" in b]
+    return code.replace("num_classes=1000", f"num_classes={NUM_CLASSES}")
+
+
+class Recorded(torch.nn.Module):
+    """The reader's model, keeping every output it gives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(8, NUM_CLASSES)
+        self.outputs: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.linear(x)
+        self.outputs.append(out.detach().clone())
+        return out
+
+
+def run(device: str, monkeypatch, batches: int = 100):
+    AcceleratorState._reset_state(reset_partial_state=True)
+    logged = []
+    monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, log_kwargs=None: logged.append(
+        (step, dict(values))))
+    gen = torch.Generator().manual_seed(1)
+    loader = [(torch.randn(4, 8, generator=gen).to(device), torch.randint(0, NUM_CLASSES, (4,), generator=gen)
+               .to(device)) for _ in range(batches)]
+    model = Recorded().to(device)
+    names = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loader": loader}
+    try:
+        exec(compile(snippet(), "README.md", "exec"), names)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    return logged, model.outputs, loader
+
+
+def test_the_readmes_accelerate_loop_logs_every_50_steps_the_values_of_those_steps(monkeypatch) -> None:
+    logged, outputs, loader = run("cpu", monkeypatch)
+    assert [step for step, _ in logged] == [50, 100]
+    for k, (step, values) in enumerate(logged):
+        by_hand = FusedMetrics(NUM_CLASSES)
+        for logits, (_, labels) in list(zip(outputs, loader))[50 * k:50 * (k + 1)]:
+            by_hand.update(F.cross_entropy(logits, labels), logits, labels)
+        expected = {name: v.item() for name, v in by_hand.compute().items()}
+        assert values.keys() == expected.keys()
+        assert values == pytest.approx(expected, rel=1e-6)
+
+
+@gpu
+def test_on_cuda_the_loops_only_syncs_are_the_suites_reads_at_its_two_reports(monkeypatch) -> None:
+    from mentor.syncs import sync_guard
+
+    with sync_guard() as report:
+        logged, _, _ = run("cuda", monkeypatch)
+    assert [site.where.split(":")[0] for site in report.sites] == ["mentor/suite.py"] * 2
+    assert [step for step, _ in logged][:1] == [50]

@@ -41,25 +41,32 @@ class Recorded(torch.nn.Module):
         return out
 
 
-def run(device: str, monkeypatch, batches: int = 100):
-    AcceleratorState._reset_state(reset_partial_state=True)
-    logged = []
-    monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, log_kwargs=None: logged.append(
-        (step, dict(values))))
+def inputs(device: str, batches: int = 100):
+    """The reader's model, optimizer and loader (batches already on ``device``), as the snippet's names."""
     gen = torch.Generator().manual_seed(1)
     loader = [(torch.randn(4, 8, generator=gen).to(device), torch.randint(0, NUM_CLASSES, (4,), generator=gen)
                .to(device)) for _ in range(batches)]
     model = Recorded().to(device)
-    names = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loader": loader}
+    return {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loader": loader}
+
+
+def run(names: dict, monkeypatch) -> list:
+    """Run the snippet on ``names``; what it handed to ``accelerator.log``, as (step, values)."""
+    AcceleratorState._reset_state(reset_partial_state=True)
+    logged = []
+    monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, log_kwargs=None: logged.append(
+        (step, dict(values))))
     try:
         exec(compile(snippet(), "README.md", "exec"), names)
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
-    return logged, model.outputs, loader
+    return logged
 
 
 def test_the_readmes_accelerate_loop_logs_every_50_steps_the_values_of_those_steps(monkeypatch) -> None:
-    logged, outputs, loader = run("cpu", monkeypatch)
+    names = inputs("cpu")
+    outputs, loader = names["model"].outputs, names["loader"]
+    logged = run(names, monkeypatch)
     assert [step for step, _ in logged] == [50, 100]
     for k, (step, values) in enumerate(logged):
         by_hand = FusedMetrics(NUM_CLASSES)
@@ -74,7 +81,16 @@ def test_the_readmes_accelerate_loop_logs_every_50_steps_the_values_of_those_ste
 def test_on_cuda_the_loops_only_syncs_are_the_suites_reads_at_its_two_reports(monkeypatch) -> None:
     from mentor.syncs import sync_guard
 
+    names = inputs("cuda")  # the batches' copies to the GPU are the reader's loader's, made before the loop
+    torch.cuda.synchronize()
     with sync_guard() as report:
-        logged, _, _ = run("cuda", monkeypatch)
-    assert [site.where.split(":")[0] for site in report.sites] == ["mentor/suite.py"] * 2
+        logged = run(names, monkeypatch)
+    loop_starts = 1 + next(n for n, line in enumerate(snippet().splitlines()) if line.startswith("for "))
+
+    def snippet_line(site) -> int:
+        return max(line for file, line, _ in site.stack if file == "README.md")
+
+    in_loop = [site for site in report.sites if snippet_line(site) >= loop_starts]
+    # before the loop, FusedMetrics(...).to(device) copies its states to the GPU with blocking copies
+    assert [site.where.split(":")[0] for site in in_loop] == ["mentor/suite.py"] * 2, report.table()
     assert [step for step, _ in logged][:1] == [50]

@@ -146,7 +146,9 @@ def test_on_cuda_the_suite_ways_sync_only_in_their_report_and_lightnings_log_rea
     assert accelerate["suite, readback"].report_syncs == 1
     # prog_bar=True: every logged value (the loss and four scores) is read with .item() in Lightning's apply_func
     sites = lightning.settings["sync_sites"]["self.log per step"]
-    assert sites.get("lightning/fabric/utilities/apply_func.py:134", 0) >= 5 * 4
+    # the file as installed: site-packages/lightning/... in a venv, another folder where pip put it with --target
+    at_item = [n for where, n in sites.items() if where.endswith("lightning/fabric/utilities/apply_func.py:134")]
+    assert at_item == [5 * 4], sites
     assert lightning["self.log per step"].syncs_per_step >= 5
     traced = lightning.settings["trace_syncs"]
     assert len(traced["self.log per step"]) == 4 and min(traced["self.log per step"]) >= 5

@@ -321,12 +321,23 @@ def drop_hidden_stderr(nb: NotebookNode) -> int:
 
 MACHINE_PATH = re.compile(r"(?:/[\w.+-]+)+/(?=site-packages/)")
 """The machine-specific start of a path into an installed package (``/opt/torch/.venv/lib/python3.12/``)."""
+CARRIED_SITE = re.compile(r"/tmp/site/(?=[A-Za-z_])")
+"""The folder on the GPU machine where ``.whl/install.sh`` installs the carried wheels (``pip --target``): a path
+into a package installed there (``/tmp/site/lightning/...``) has no ``site-packages/`` to cut at."""
+
+
+def _shorten(text: str) -> tuple[str, int]:
+    """``text`` without the machine's prefixes (``MACHINE_PATH``, ``CARRIED_SITE``), and how many were cut."""
+    text, n = MACHINE_PATH.subn("", text)
+    text, m = CARRIED_SITE.subn("", text)
+    return text, n + m
 
 
 def shorten_paths(nb: NotebookNode) -> int:
     """Cut the machine's own prefix from every path into ``site-packages/`` in the stream outputs and
     tracebacks of ``nb`` (a warning's ``/opt/x/lib/python3.12/site-packages/torch/a.py:3`` becomes
-    ``site-packages/torch/a.py:3``); returns how many paths were cut.
+    ``site-packages/torch/a.py:3``), and ``/tmp/site/`` from a path into a carried wheel (``CARRIED_SITE``);
+    returns how many paths were cut.
 
     >>> from nbformat.v4 import new_code_cell, new_notebook, new_output
     >>> nb = new_notebook(cells=[new_code_cell("x", outputs=[new_output("stream", name="stderr",
@@ -338,10 +349,10 @@ def shorten_paths(nb: NotebookNode) -> int:
     for cell in nb.cells:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if out.get("output_type") == "stream":
-                out.text, n = MACHINE_PATH.subn("", "".join(out.text) if isinstance(out.text, list) else out.text)
+                out.text, n = _shorten("".join(out.text) if isinstance(out.text, list) else out.text)
                 cut += n
             elif out.get("output_type") == "error":
-                lines = [MACHINE_PATH.subn("", line) for line in out.get("traceback", [])]
+                lines = [_shorten(line) for line in out.get("traceback", [])]
                 out.traceback = [line for line, _ in lines]
                 cut += sum(n for _, n in lines)
     return cut

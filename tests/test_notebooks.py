@@ -875,14 +875,17 @@ def test_shorten_paths_cuts_the_machine_prefix_in_streams_and_tracebacks() -> No
     nb = new_notebook(cells=[
         new_code_cell("a", outputs=[new_output("stream", name="stderr", text=warning),
                                     new_output("stream", name="stdout", text="/tmp/a.json saved\n"),
+                                    new_output("stream", name="stdout",
+                                               text="/tmp/site/lightning/fabric/a.py:134 x5, /tmp/sites/b\n"),
                                     new_output("error", ename="E", evalue="v", traceback=[
                                         "File /root/.venv/lib/site-packages/mentor/a.py:1", "plain line"])]),
         new_markdown_cell("/opt/x/site-packages/ stays in prose")])
-    assert nbtools.shorten_paths(nb) == 2
+    assert nbtools.shorten_paths(nb) == 3
     outs = nb.cells[0].outputs
     assert outs[0].text == "site-packages/torch/x.py:83: UserWarning: w\n  return f()\n"
-    assert outs[1].text == "/tmp/a.json saved\n"  # only paths into site-packages are the machine's
-    assert outs[2].traceback == ["File site-packages/mentor/a.py:1", "plain line"]
+    assert outs[1].text == "/tmp/a.json saved\n"  # only paths into installed packages are the machine's
+    assert outs[2].text == "lightning/fabric/a.py:134 x5, /tmp/sites/b\n"  # a carried wheel's install folder
+    assert outs[3].traceback == ["File site-packages/mentor/a.py:1", "plain line"]
     assert nb.cells[1].source == "/opt/x/site-packages/ stays in prose"
 
 

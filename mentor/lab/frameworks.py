@@ -17,7 +17,8 @@ without metrics) and an A/A run of that baseline:
 A block runs ``settle`` untimed batches, ``steps`` timed ones and one more batch, whose start closes the last timed
 step: a step's time runs from the start of one batch to the start of the next (CUDA events on the GPU), so it holds
 all that the framework does between batches. Each block reports once, at timed position ``steps // 2``: the report
-and the step after it are timed, and reports come every ``settle + steps + 1`` batches.
+and the step after it are timed, and reports come every ``settle + steps + 1`` batches. ``LogEvery`` also reports
+when each fit ends (the batches since its last report), after the block's last timed step: that report is not timed.
 
 Example:
     >>> from mentor.lab.configs import OperatingPoint

@@ -89,8 +89,22 @@ def toc_source(entry: str, root: Path = REPO) -> Path | None:
 
 
 def run_order(notebooks: Sequence[Path]) -> list[Path]:
-    """``notebooks`` in the given order, with intro.ipynb then reproducibility.ipynb moved to the end."""
-    return sorted(notebooks, key=lambda p: LAST.index(p.name) + 1 if p.name in LAST else 0)
+    """``notebooks`` in the given order, except that a notebook runs after those of the list whose results it reads
+    (:data:`READS`), and intro.ipynb then reproducibility.ipynb run last.
+
+    Example:
+        >>> [p.name for p in run_order([Path("08_summary.ipynb"), Path("intro.ipynb"), Path("02_naive_metrics.ipynb")])]
+        ['02_naive_metrics.ipynb', '08_summary.ipynb', 'intro.ipynb']
+    """
+    chapters = [p for p in notebooks if p.name not in LAST]
+    listed = {p.name for p in chapters}
+    ordered: list[Path] = []
+    while len(ordered) < len(chapters):
+        done = {p.name for p in ordered}
+        ready = next(p for p in chapters if p not in ordered
+                     and all(other in done or other not in listed for other in READS.get(p.name, ())))
+        ordered.append(ready)
+    return ordered + sorted((p for p in notebooks if p.name in LAST), key=lambda p: LAST.index(p.name))
 
 
 READS: dict[str, tuple[str, ...]] = {

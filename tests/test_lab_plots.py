@@ -59,7 +59,7 @@ def test_plot(close_figures):
         iv = cmp.overhead(name)
         assert (seg[0][0], seg[1][0]) == pytest.approx((iv.lo, iv.hi))
     assert any(list(line.get_xdata()) == [0, 0] for line in ax.lines)  # the zero line
-    assert [t.get_text() for t in ax.texts] == ["3 syncs/step", "0.5 syncs/step"]  # only where counted
+    assert [t.get_text() for t in ax.texts] == ["3 syncs/step, 5 per report", "0.5 syncs/step"]  # only where counted
     assert ax.get_xlabel() == ("overhead of the median step time (%)\n"
                                "vs no metrics; bars: 95 % interval over 5 rounds")
     ax2 = cmp.plot(kind="throughput")
@@ -128,22 +128,33 @@ def test_plot_label_names_the_rounds_and_a_long_baseline(close_figures):
                                        "bars: 95 % interval over 2 rounds")
 
 
-def sync_plot_comparison(rounds=2, uncounted=True):
-    def r(name, factor, syncs):
-        return Result(name, "", [[10.0 * factor * (1 + 0.02 * k)] for k in range(rounds)], syncs_per_step=syncs)
+def sync_plot_comparison(rounds=2, uncounted=True, report_syncs=None):
+    def r(name, factor, syncs, report=None):
+        return Result(name, "", [[10.0 * factor * (1 + 0.02 * k)] for k in range(rounds)], syncs_per_step=syncs,
+                      report_syncs=report)
 
     base = Result("base", "", [[10.0 * (1 + 0.01 * k)] for k in range(rounds)])
     middle = [r("none", 1.1, None)] if uncounted else []
-    return Comparison([base, r("up", 1.3, 3), *middle, r("down", 0.8, 0.5)], "base", 1)
+    return Comparison([base, r("up", 1.3, 3, report_syncs), *middle, r("down", 0.8, 0.5)], "base", 1)
 
 
+@pytest.mark.parametrize("report_syncs", [None, 0, 4, 12.5])
+@pytest.mark.parametrize("phone", [False, True])
 @pytest.mark.parametrize("uncounted", [True, False])
 @pytest.mark.parametrize("rounds", [1, 2, 5])
-def test_plot_writes_syncs_right_of_each_counted_bar_inside_the_axes(close_figures, rounds, uncounted):
-    cmp = sync_plot_comparison(rounds, uncounted)
-    ax = cmp.plot()
+def test_plot_writes_syncs_right_of_each_counted_bar_inside_the_axes(close_figures, rounds, uncounted, phone,
+                                                                     report_syncs):
+    cmp = sync_plot_comparison(rounds, uncounted, report_syncs)
+    if phone:  # the book's figure: phone width, every text at the phone size
+        from mentor.lab.plots import comparison_figure
+
+        fig = comparison_figure(cmp, kind="median")
+        ax = fig.axes[0]
+    else:
+        ax = cmp.plot()
     ax.figure.canvas.draw()
-    assert [t.get_text() for t in ax.texts] == ["3 syncs/step", "0.5 syncs/step"]  # none for an uncounted one
+    up = "3 syncs/step" + (f", {report_syncs:g} per report" if report_syncs else "")  # the longest bar's label
+    assert [t.get_text() for t in ax.texts] == [up, "0.5 syncs/step"]  # none for an uncounted one
     box = ax.get_window_extent()
     for text, name, y in zip(ax.texts, ["up", "down"], [0, 2 if uncounted else 1]):
         iv = cmp.overhead(name)

@@ -102,6 +102,16 @@ def test_run_order_puts_intro_then_reproducibility_last() -> None:
                                         Path("book/reproducibility.ipynb")]
 
 
+def test_run_order_runs_a_chapter_after_the_chapters_whose_results_it_reads() -> None:
+    """Chapter 8 reads the results files of chapters 2, 5 and 6 (READS): in one gpu-run it runs after those of them
+    that are listed, and the others keep their order."""
+    names = ["08_summary.ipynb", "05_weight.ipynb", "reproducibility.ipynb", "02_naive_metrics.ipynb",
+             "01_baseline.ipynb", "intro.ipynb"]
+    ordered = [p.name for p in nbtools.run_order([Path("book", n) for n in names])]
+    assert ordered == ["05_weight.ipynb", "02_naive_metrics.ipynb", "08_summary.ipynb", "01_baseline.ipynb",
+                       "intro.ipynb", "reproducibility.ipynb"]
+
+
 def test_smoke_runs_a_copy_with_the_smoke_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """smoke sets MENTOR_PROFILE=smoke, runs in a copy of the folder and leaves the original alone."""
     monkeypatch.delenv("MENTOR_PROFILE", raising=False)

@@ -4,10 +4,10 @@ When the host limits the training step, its step time can drift by tens of perce
 or two (chapter 9 shows one run on the GPU machine), and :func:`mentor.lab.compare.compare`'s rounds, one long
 run per configuration, pair a configuration with a baseline measured seconds apart. Here every
 round runs each configuration for a short block of steps (a few untimed ones first, to settle
-the GPU's queue after the switch), so the blocks that are compared ran back to
-back, within one round of a few seconds, not a whole run apart. Each configuration keeps one set of metrics for the whole comparison, as a
-training loop does, and reports every ``report_every`` timed steps inside a timed step that is not
-the last of its block, so the total time includes the reports at their real rate and the step after each.
+the GPU's queue after the switch), so the blocks that are compared ran back to back, within one
+round of a few seconds, not a whole run apart. Each configuration keeps one set of metrics for the
+whole comparison, as a training loop does, and reports every ``report_every`` timed steps inside a
+timed step that is not the last of its block, so the total time includes the reports at their real rate and the step after each.
 
 The result is a :class:`mentor.lab.comparison.Comparison` (a round is one block per configuration), so its
 paired bootstrap over rounds, table, figure and JSON apply unchanged.

@@ -44,9 +44,11 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MetricCollection
 
+from mentor.lab.blocks import _int_at_least
 from mentor.lab.comparison import Comparison
 from mentor.lab.configs import OperatingPoint, point_setup
 from mentor.lab.env import Profile, environment_report
+from mentor.lab.metric_sets import metric_set
 from mentor.lab.stats import CPU_NOTE, NOT_COUNTED, Result
 from mentor.lab.train import _StepClock
 from mentor.readback import DeferredReadback
@@ -78,11 +80,7 @@ def torchmetrics_collection(num_classes: int) -> MetricCollection:
         >>> list(torchmetrics_collection(10))
         ['accuracy', 'f1_score', 'precision', 'recall']
     """
-    from torchmetrics import Accuracy, F1Score, Precision, Recall
-
-    kw: dict[str, Any] = dict(task="multiclass", num_classes=num_classes)
-    return MetricCollection({"accuracy": Accuracy(**kw), "precision": Precision(**kw), "recall": Recall(**kw),
-                             "f1_score": F1Score(**kw)})
+    return metric_set("naive", num_classes, compute_groups=True).scores
 
 
 def _images(images: torch.Tensor, channels_last: bool) -> torch.Tensor:
@@ -136,13 +134,11 @@ def _lightning_runner(way: str, model: torch.nn.Module, num_classes: int, point:
     module = Module()
     extra = [LogEvery(module.suite, every=report_batches)] if module.suite is not None else []
     precision = "bf16-mixed" if point.precision == "bf16" else "32-true"
-    folder = tempfile.mkdtemp(prefix="mentor-lightning-")
 
     def run(batches: Any, n: int, callbacks: list[Any]) -> None:
         trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=precision,
                             max_steps=n, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=folder,
-                            callbacks=[*callbacks, *extra])
+                            enable_model_summary=False, num_sanity_val_steps=0, callbacks=[*callbacks, *extra])
         trainer.fit(module, train_dataloaders=batches)
 
     run.module = module  # type: ignore[attr-defined]
@@ -215,12 +211,6 @@ def _accelerate_runner(way: str, model: torch.nn.Module, num_classes: int, point
 
 # ---- the comparison ----------------------------------------------------------------------------------------------
 
-def _check_int(label: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{label} must be an int >= {low}, got {value!r}.")
-    return value
-
-
 def compare_frameworks(point: OperatingPoint, profile: Profile, *, rounds: int, steps: int = 16, settle: int = 3,
                        warmup_blocks: int = 1, count_syncs: bool = True, seed: int = 0,
                        frameworks: tuple[str, ...] = ("Lightning", "Accelerate")) -> dict[str, Comparison]:
@@ -239,10 +229,10 @@ def compare_frameworks(point: OperatingPoint, profile: Profile, *, rounds: int, 
         raise TypeError(f"point must be an OperatingPoint, e.g. OPERATING_POINTS[0], not {type(point).__name__}.")
     if not isinstance(profile, Profile):
         raise TypeError(f"profile must be a mentor.lab.env.Profile from get_profile(), not {type(profile).__name__}.")
-    _check_int("rounds", rounds, 1)
-    _check_int("steps", steps, 2)
-    _check_int("settle", settle, 0)
-    _check_int("warmup_blocks", warmup_blocks, 0)
+    _int_at_least("rounds", rounds, 1)
+    _int_at_least("steps", steps, 2)
+    _int_at_least("settle", settle, 0)
+    _int_at_least("warmup_blocks", warmup_blocks, 0)
     if isinstance(frameworks, str) or not frameworks or any(f not in FRAMEWORKS for f in frameworks):
         raise ValueError(f"frameworks must be a non-empty tuple drawn from {tuple(FRAMEWORKS)}, got {frameworks!r}.")
     report_at = steps // 2  # timed position of each block's report

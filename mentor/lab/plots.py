@@ -19,7 +19,7 @@ import numpy as np
 
 from mentor.lab.figures import PHONE_WIDTH_IN
 from mentor.lab.comparison import Comparison, _short
-from mentor.lab.stats import KINDS, drift
+from mentor.lab.stats import KINDS, Result, drift
 from mentor.lab.trace import (
     _NO_WINDOWS,
     GPU_CATEGORIES,
@@ -62,17 +62,48 @@ def plot_comparison(cmp: Comparison, ax: Any = None, kind: str = "median") -> An
     reach = [max(abs(p), abs(iv.hi) if iv.has_interval else 0, abs(iv.lo) if iv.has_interval else 0)
              for p, iv in zip(points, intervals)] or [1.0]
     pad = 0.03 * (max(reach) or 1.0)
-    for yi, r, iv in zip(y, others, intervals):
-        if r.syncs_per_step is None:
+    labels = [sync_label(r) for r in others]
+    for yi, label, iv in zip(y, labels, intervals):
+        if label is None:
             continue
         end = max(iv.point, iv.hi) if iv.has_interval else iv.point
-        ax.text(max(end, 0.0) + pad, yi, f"{r.syncs_per_step:g} syncs/step", va="center", fontsize=11)
-    if any(r.syncs_per_step is not None for r in others):
+        ax.text(max(end, 0.0) + pad, yi, label, va="center", fontsize=11)
+    if any(label is not None for label in labels):
         ax.set_xlim(right=ax.get_xlim()[1] + 0.5 * (max(reach) or 1.0))
+        _fit_texts(ax)
     what = "median step time" if kind == "median" else "total time, reports included"
     level = (f"bars: 95 % interval over {cmp.rounds} rounds" if cmp.rounds > 1 else "one round: no interval")
     ax.set_xlabel(f"overhead of the {what} (%)\nvs {_short(cmp.baseline, 22)}; {level}", fontsize=12)
     return ax
+
+def _fit_texts(ax: Any, passes: int = 4) -> None:
+    """Widen the x range of ``ax`` to the right until every text written in it ends inside the axes, as drawn now
+    (the layout engine and the fonts included): a text keeps its width in pixels while the data range grows."""
+    for _ in range(passes):
+        ax.figure.canvas.draw()
+        box = ax.get_window_extent()
+        over = max(t.get_window_extent().x1 for t in ax.texts) - box.x1
+        if over <= 0:
+            return
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(lo, hi + 1.2 * over * (hi - lo) / box.width)
+
+
+def sync_label(result: Result) -> str | None:
+    """What a bar of :func:`plot_comparison` says of ``result``'s syncs: per step and, when its report syncs, per
+    report; None when they were not counted.
+
+    Example:
+        >>> sync_label(Result("a", "", [[1.0]], syncs_per_step=0, report_syncs=4))
+        '0 syncs/step, 4 per report'
+        >>> sync_label(Result("b", "", [[1.0]], syncs_per_step=2, report_syncs=0))
+        '2 syncs/step'
+    """
+    if result.syncs_per_step is None:
+        return None
+    label = f"{result.syncs_per_step:g} syncs/step"
+    return f"{label}, {result.report_syncs:g} per report" if result.report_syncs else label
+
 
 def comparison_figure(cmp: Comparison, kind: str = "throughput") -> Any:
     """:func:`plot_comparison` in a figure of its own at phone width (:mod:`mentor.lab.figures`): whole names,
@@ -95,7 +126,10 @@ def comparison_figure(cmp: Comparison, kind: str = "throughput") -> Any:
     fig, (ax,) = phone_figure(row_height_in=1.4 + 0.5 * max(1, len(others)))
     plot_comparison(cmp, ax=ax, kind=kind)
     full_labels(ax, others)
-    return phone_text(fig)
+    phone_text(fig)
+    if ax.texts:
+        _fit_texts(ax)  # the texts' final size, in the final layout
+    return fig
 
 
 def plot_sweep(results: dict[str, Comparison], kind: str = "throughput", ax: Any = None) -> Any:

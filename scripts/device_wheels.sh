@@ -20,8 +20,9 @@ pin() {  # the version constraints.txt fixes for package $1
   echo "$1==$v"
 }
 for package in lightning pytorch-lightning lightning-utilities accelerate; do
+  spec=$(pin "$package")  # set -e stops here when constraints.txt pins no such package
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform any -d .whl "$(pin "$package")" 2>&1 | grep -v "is ignored" || true
+    --platform manylinux_2_28_x86_64 --platform any -d .whl "$spec" 2>&1 | grep -v "is ignored" || true
 done
 mkdir -p .whl-old
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl-old torchmetrics==1.6.1 2>&1 \

@@ -27,6 +27,7 @@ def test_the_optimized_set_recompiles_every_step_until_dynamo_gives_up(reports: 
     assert (r.graphs, r.graph_breaks, limit) == (1, 0, 8)
     assert r.frames_after_step == (1, 2, 3, 4, 5, 6, 7, 8, 8, 8)
     assert r.recompiles == 7
+    assert r.recompile_calls == (2, 3, 4, 5, 6, 7, 8)
 
 
 def test_with_int_attributes_unspecialized_the_optimized_set_recompiles_once() -> None:
@@ -38,6 +39,7 @@ def test_with_int_attributes_unspecialized_the_optimized_set_recompiles_once() -
     assert torch._dynamo.config.allow_unspec_int_on_nn_module is False
     assert (r.name, r.graphs, r.graph_breaks, r.error) == ("optimized, ints unspecialized", 1, 0, None)
     assert r.frames_after_step == (1, 2, 2, 2, 2, 2, 2, 2, 2, 2)
+    assert r.recompile_calls == (2,)
 
 
 def test_a_report_and_a_config_carry_the_label_they_are_given() -> None:

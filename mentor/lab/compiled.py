@@ -79,6 +79,17 @@ class CompileReport:
         """Frames compiled after the first call's."""
         return self.frames_after_step[-1] - self.frames_after_step[0] if self.frames_after_step else 0
 
+    @property
+    def recompile_calls(self) -> tuple[int, ...]:
+        """The calls, counted from 1, after which more frames were compiled than after the call before.
+
+        Example:
+            >>> CompileReport("x", 1, 0, (), (1, 2, 2, 3)).recompile_calls
+            (2, 4)
+        """
+        f = self.frames_after_step
+        return tuple(i + 1 for i in range(1, len(f)) if f[i] > f[i - 1])
+
 
 def _where(frame: Any) -> str:
     from mentor.syncs import short_path

@@ -308,22 +308,26 @@ def test_run_with_its_own_scratch_folder_passes_every_argument_and_keeps_the_env
     assert (kwargs["env"]["MENTOR_WORKER_PROBE"], kwargs["env"]["OMP_NUM_THREADS"]) == ("kept", "3")
 
 
-@pytest.mark.parametrize("task, nproc, message", [
-    ("train", 2, "unknown task 'train': pass one of ['agree', 'sync-cost', 'placements']."),
-    ("agree", 0, "nproc must be a whole number of processes >= 1, not 0."),
-    ("agree", -1, "nproc must be a whole number of processes >= 1, not -1."),
-    ("agree", True, "nproc must be a whole number of processes >= 1, not True."),
-    ("agree", 1.5, "nproc must be a whole number of processes >= 1, not 1.5."),
+@pytest.mark.parametrize("task, nproc, options, message", [
+    ("train", 2, {}, "unknown task 'train': pass one of ['agree', 'sync-cost', 'placements']."),
+    ("agree", 0, {}, "nproc must be a whole number of processes >= 1, not 0."),
+    ("agree", -1, {}, "nproc must be a whole number of processes >= 1, not -1."),
+    ("agree", True, {}, "nproc must be a whole number of processes >= 1, not True."),
+    ("agree", 1.5, {}, "nproc must be a whole number of processes >= 1, not 1.5."),
+    ("sync-cost", 2, {"rounds": 0}, "rounds must be an int >= 1, got 0."),
+    ("sync-cost", 2, {"rounds": True}, "rounds must be an int >= 1, got True."),
+    ("sync-cost", 2, {"rounds": 2.0}, "rounds must be an int >= 1, got 2.0."),
+    ("agree", 2, {"rounds": 16}, "rounds applies to task 'sync-cost' only, not 'agree': leave it out."),
 ])
 def test_run_refuses_bad_arguments_before_starting_torchrun(monkeypatch: pytest.MonkeyPatch, task: str, nproc,
-                                                            message: str) -> None:
+                                                            options: dict, message: str) -> None:
     """The whole message of each refusal; torchrun is never started."""
     def fake_run(command, **kwargs):
         raise AssertionError(f"torchrun started: {command}")
 
     monkeypatch.setattr(worker.subprocess, "run", fake_run)
     with pytest.raises(ValueError) as exc:
-        worker.run(task, nproc)
+        worker.run(task, nproc, **options)
     assert str(exc.value) == message
 
 
@@ -434,3 +438,66 @@ def test_agree_defaults_are_5_classes_203_samples_and_seed_0(monkeypatch: pytest
     result = worker.agree(1, 2, torch.device("cpu"))
     assert asked == [(5, 203, 0)]
     assert result["batches"] == list(range(1, 26, 2))
+
+
+def test_run_passes_rounds_to_sync_cost_as_its_last_argument(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """rounds=16 reaches torchrun as ``--rounds 16``, after every other argument; without it no --rounds is sent."""
+    import json
+    import subprocess
+
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        for rank in (0, 1):
+            (tmp_path / f"rank{rank}.json").write_text(json.dumps({"rank": rank}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(worker.subprocess, "run", fake_run)
+    worker.run("sync-cost", 2, out=tmp_path, backend="nccl", rounds=16, timeout=1800.0)
+    worker.run("sync-cost", 2, out=tmp_path)
+    assert commands[0][-6:] == ["--seed", "0", "--backend", "nccl", "--rounds", "16"]
+    assert "--rounds" not in commands[1]
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["sync-cost", "--rounds", "0"], "argument --rounds: a whole number of interleaved rounds >= 1, not '0'"),
+    (["sync-cost", "--rounds", "many"], "argument --rounds: a whole number of interleaved rounds >= 1, not 'many'"),
+    (["placements", "--rounds", "4"], "--rounds applies to task sync-cost only, not placements: leave it out."),
+])
+def test_main_refuses_bad_rounds_before_joining_a_group(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str], tmp_path,
+                                                        argv: list[str], error: str) -> None:
+    def init_process_group(*args, **kwargs):
+        raise AssertionError("joined a process group")
+
+    monkeypatch.setattr(worker.dist, "init_process_group", init_process_group)
+    with pytest.raises(SystemExit) as exc:
+        worker.main([*argv, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_sync_cost_with_rounds_gives_compare_those_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rounds=7 overrides the smoke profile's 2 rounds; everything else compare() gets stays the profile's."""
+    import mentor.lab.compare
+    from mentor.lab.ddp import single_rank_group
+
+    seen: dict = {}
+
+    class Comparison:
+        def to_dict(self):
+            return {}
+
+    def compare(configs, setup, batches, **kwargs):
+        seen.update(kwargs)
+        return Comparison()
+
+    monkeypatch.setenv("MENTOR_PROFILE", "smoke")
+    monkeypatch.setattr(mentor.lab.compare, "compare", compare)
+    monkeypatch.setattr(worker, "collectives_per_report", lambda config, setup, batches: {})
+    with single_rank_group("gloo"):
+        worker.sync_cost(0, 1, worker.torch.device("cpu"), rounds=7)
+    assert seen == dict(steps=3, warmup=1, rounds=7, report_every=2, progress=False, seed=0)
+    with single_rank_group("gloo"), pytest.raises(ValueError, match=r"rounds must be an int >= 1, got -3\."):
+        worker.sync_cost(0, 1, worker.torch.device("cpu"), rounds=-3)

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mentor.lab.blocks import _int_at_least
+
 TASKS: dict[str, str] = {
     "agree": "metrics over the ranks' shards equal one process's metrics over all the data (suite and torchmetrics)",
     "sync-cost": "step and report-step times and collectives of each way to synchronize metrics (interleaved rounds)",
@@ -190,11 +192,13 @@ def collectives_per_report(config: Any, setup: Any, batches: Any, steps: int = 2
             "per_report": dict(sorted(per_report.by_kind().items()))}
 
 
-def sync_cost(rank: int, world_size: int, device: torch.device, seed: int = 0) -> dict[str, Any]:
+def sync_cost(rank: int, world_size: int, device: torch.device, seed: int = 0,
+              rounds: int | None = None) -> dict[str, Any]:
     """Task ``sync-cost``: :func:`mentor.lab.compare.compare` of :func:`sync_configs` on a DDP ResNet-18, on this rank.
 
-    Sizes come from ``MENTOR_PROFILE`` (:func:`mentor.lab.env.get_profile`); every rank uses the same
-    seed, so all ranks run the configurations in the same order, as their collectives require.
+    Sizes come from ``MENTOR_PROFILE`` (:func:`mentor.lab.env.get_profile`), and so do the interleaved rounds unless
+    ``rounds`` is given; every rank uses the same seed, so all ranks run the configurations in the same order, as
+    their collectives require.
     """
     from dataclasses import replace
 
@@ -206,12 +210,13 @@ def sync_cost(rank: int, world_size: int, device: torch.device, seed: int = 0) -
     from mentor.lab.train import build_setup
 
     profile = get_profile()
+    rounds = profile.rounds if rounds is None else _int_at_least("rounds", rounds, 1)
     setup = build_setup(profile.num_classes, device, seed=seed)
     ids = [device.index] if device.type == "cuda" else None
     setup = replace(setup, model=DistributedDataParallel(setup.model, device_ids=ids))
     batches = device_batches(profile.batch_size, profile.image_size, profile.num_classes, device, seed=seed + rank)
     configs = sync_configs(profile.num_classes, device)
-    comparison = compare(configs, setup, batches, steps=profile.steps, warmup=profile.warmup, rounds=profile.rounds,
+    comparison = compare(configs, setup, batches, steps=profile.steps, warmup=profile.warmup, rounds=rounds,
                          report_every=profile.report_every, progress=False, seed=seed)
     collectives = {c.name: collectives_per_report(c, setup, batches) for c in configs}
     return {"comparison": comparison.to_dict(), "collectives": collectives}
@@ -223,6 +228,13 @@ def placements(rank: int, world_size: int, device: torch.device, repeats: int = 
 
     names = [p for p in PLACEMENTS if p != "gpu" or device.type == "cuda"]
     return [placement_compute(rank, world_size, p, repeats) for p in names]
+
+
+def _rounds_argument(text: str) -> int:
+    try:
+        return _int_at_least("--rounds", int(text), 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of interleaved rounds >= 1, not {text!r}") from None
 
 
 def _device(backend: str) -> torch.device:
@@ -241,7 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for the per-rank JSON files")
     parser.add_argument("--backend", default=None, help="nccl, gloo or a device map (default: nccl with CUDA)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=_rounds_argument, default=None,
+                        help="interleaved rounds of task sync-cost (default: the MENTOR_PROFILE's)")
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.task != "sync-cost":
+        parser.error(f"--rounds applies to task sync-cost only, not {args.task}: leave it out.")
     missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         parser.error(f"{', '.join(missing)} not set: start the worker with torchrun "
@@ -254,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.task == "agree":
             result: Any = agree(rank, world_size, device, seed=args.seed)
         elif args.task == "sync-cost":
-            result = sync_cost(rank, world_size, device, seed=args.seed)
+            result = sync_cost(rank, world_size, device, seed=args.seed, rounds=args.rounds)
         else:
             result = placements(rank, world_size, device)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -267,11 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(task: str, nproc: int = 2, out: str | Path | None = None, backend: str | None = None, seed: int = 0,
-        timeout: float = 600.0) -> list[dict[str, Any]]:
+        timeout: float = 600.0, rounds: int | None = None) -> list[dict[str, Any]]:
     """Start ``torchrun --standalone --nproc-per-node=nproc -m mentor.lab.worker task`` here; return each rank's record.
 
-    Ranks' records are read from ``out`` (a temporary folder by default), rank 0 first. A failed
-    run raises ``RuntimeError`` with the end of torchrun's output.
+    Ranks' records are read from ``out`` (a temporary folder by default), rank 0 first. ``rounds`` sets the
+    interleaved rounds of task ``sync-cost`` (``--rounds``; by default its ``MENTOR_PROFILE``'s); ``timeout`` is
+    torchrun's, in seconds. A failed run raises ``RuntimeError`` with the end of torchrun's output.
 
     Example:
         >>> [r["result"]["batches"][:2] for r in run("agree", 2, backend="gloo")]   # doctest: +SKIP
@@ -281,12 +298,18 @@ def run(task: str, nproc: int = 2, out: str | Path | None = None, backend: str |
         raise ValueError(f"unknown task {task!r}: pass one of {list(TASKS)}.")
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"nproc must be a whole number of processes >= 1, not {nproc!r}.")
+    if rounds is not None:
+        if task != "sync-cost":
+            raise ValueError(f"rounds applies to task 'sync-cost' only, not {task!r}: leave it out.")
+        _int_at_least("rounds", rounds, 1)
     with tempfile.TemporaryDirectory(prefix="mentor-worker-") as scratch:
         folder = Path(out) if out is not None else Path(scratch)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                    "-m", "mentor.lab.worker", task, "--out", str(folder), "--seed", str(seed)]
         if backend is not None:
             command += ["--backend", backend]
+        if rounds is not None:
+            command += ["--rounds", str(rounds)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
                    OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)

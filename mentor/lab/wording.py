@@ -1,0 +1,112 @@
+"""Words for what a run resolved, computed from its intervals, so that a chapter's sentences stay true at a rerun.
+
+A sentence such as "two of the suite's eight intervals lie above 0" is a measurement: typed into the prose, it
+is right for the run it was written against and silently wrong after the next one. The chapters glue these
+instead. :func:`side` says where one interval lies, :func:`tally` counts a set of them and names those that
+resolve a difference, :func:`overlap` says whether two intervals share a point, and :func:`moved` lists the
+configurations whose intervals in two runs do not.
+
+Example:
+    >>> from mentor.lab.stats import Interval
+    >>> costs = {"a": Interval(2.0, 1.0, 3.0), "b": Interval(0.5, -1.0, 2.0)}
+    >>> side(costs["a"]), tally(costs)
+    ('above 0', '1 above 0 (a: +2.0 % [1.0, 3.0]); 1 containing 0')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from mentor.lab.stats import Interval
+
+SIDES = ("above 0", "below 0", "containing 0", "without an interval")
+"""What :func:`side` returns, in the order :func:`tally` lists its groups."""
+
+
+def _interval(label: str, value: object) -> Interval:
+    if not isinstance(value, Interval):
+        raise TypeError(f"{label} must be a mentor.lab.stats.Interval (Comparison.overhead returns one), "
+                        f"got {type(value).__name__}")
+    return value
+
+
+def side(interval: Interval) -> str:
+    """Where ``interval`` lies against 0: ``"above 0"``, ``"below 0"``, ``"containing 0"``, or, for a one-round
+    estimate, ``"without an interval"``. An end exactly at 0 counts as containing it, as in
+    :meth:`mentor.lab.comparison.Comparison.verdict`.
+
+    Example:
+        >>> side(Interval(0.4, 0.1, 0.8)), side(Interval(0.0, -0.1, 0.0))
+        ('above 0', 'containing 0')
+    """
+    interval = _interval("interval", interval)
+    if not interval.has_interval:
+        return "without an interval"
+    if interval.lo > 0:
+        return "above 0"
+    if interval.hi < 0:
+        return "below 0"
+    return "containing 0"
+
+
+def tally(intervals: Mapping[str, Interval], name: Iterable[str] = ("above 0", "below 0")) -> str:
+    """How many of ``intervals`` lie on each side of 0 (:func:`side`), in the order of :data:`SIDES`; the groups
+    in ``name`` also list their labels, each with its interval.
+
+    Name the groups a sentence is about: by default those that resolve a difference; pass
+    ``name=("containing 0",)`` to list the exceptions where almost every interval lies above 0.
+
+    Example:
+        >>> costs = {"x": Interval(3.0, 2.0, 4.0), "y": Interval(1.0, -1.0, 3.0), "z": Interval(2.0, 1.0, 3.0)}
+        >>> tally(costs)
+        '2 above 0 (x: +3.0 % [2.0, 4.0]; z: +2.0 % [1.0, 3.0]); 1 containing 0'
+        >>> tally(costs, name=("containing 0",))
+        '2 above 0; 1 containing 0 (y: +1.0 % [-1.0, 3.0])'
+    """
+    if not intervals:
+        raise ValueError("tally needs at least one interval: pass {label: Interval, ...}")
+    named = set(name if not isinstance(name, str) else [name])
+    unknown = named - set(SIDES)
+    if unknown:
+        raise ValueError(f"name takes sides from {SIDES}, not {sorted(unknown)}")
+    groups: dict[str, list[str]] = {s: [] for s in SIDES}
+    for label, interval in intervals.items():
+        groups[side(_interval(f"intervals[{label!r}]", interval))].append(label)
+    parts = []
+    for s, labels in groups.items():
+        if not labels:
+            continue
+        listed = f" ({'; '.join(f'{label}: {intervals[label]}' for label in labels)})" if s in named else ""
+        parts.append(f"{len(labels)} {s}{listed}")
+    return "; ".join(parts)
+
+
+def overlap(a: Interval, b: Interval) -> bool:
+    """Whether the intervals ``a`` and ``b`` share a point (touching ends count).
+
+    Example:
+        >>> overlap(Interval(1.0, 0.0, 2.0), Interval(3.0, 2.0, 4.0)), overlap(Interval(1.0, 0.0, 2.0),
+        ...                                                                   Interval(5.0, 4.0, 6.0))
+        (True, False)
+    """
+    a, b = _interval("a", a), _interval("b", b)
+    if not (a.has_interval and b.has_interval):
+        raise ValueError(f"overlap needs two intervals; {a if not a.has_interval else b} is a one-round estimate "
+                         "without one: compare runs of at least two rounds")
+    return a.lo <= b.hi and b.lo <= a.hi
+
+
+def moved(before: Mapping[str, Interval], after: Mapping[str, Interval]) -> list[str]:
+    """The labels, in ``after``'s order, whose intervals in the two runs do not overlap (:func:`overlap`).
+
+    Both runs must hold the same labels; a label in one only is refused by name.
+
+    Example:
+        >>> moved({"a": Interval(1.0, 0.0, 2.0), "b": Interval(9.0, 8.0, 10.0)},
+        ...       {"a": Interval(1.5, 0.5, 2.5), "b": Interval(4.0, 3.0, 5.0)})
+        ['b']
+    """
+    if set(before) != set(after):
+        only = sorted(set(before) ^ set(after))
+        raise ValueError(f"moved compares the same configurations in two runs; {only} appear in one run only")
+    return [label for label in after if not overlap(before[label], after[label])]

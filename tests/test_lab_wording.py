@@ -1,0 +1,110 @@
+"""mentor.lab.wording: where intervals lie against 0, tallies of them, overlaps and moves between runs.
+
+Exact strings on hand-made intervals, a property test of ``tally``'s counts against a direct count, and the
+errors for input that would otherwise give a wrong sentence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mentor.lab.comparison import Comparison
+from mentor.lab.stats import Interval, Result
+from mentor.lab.wording import SIDES, moved, overlap, side, tally
+
+NAN = math.nan
+
+
+def test_side_of_each_kind_of_interval() -> None:
+    assert side(Interval(0.4, 0.1, 0.8)) == "above 0"
+    assert side(Interval(-0.4, -0.8, -0.1)) == "below 0"
+    assert side(Interval(0.2, -0.1, 0.5)) == "containing 0"
+    assert side(Interval(3.0, NAN, NAN)) == "without an interval"
+
+
+def test_an_end_at_zero_contains_it_as_in_the_comparisons_verdict() -> None:
+    # the same rule as Comparison.verdict: "slower" needs lo > 0, "faster" hi < 0
+    assert side(Interval(0.5, 0.0, 1.0)) == "containing 0"
+    assert side(Interval(-0.5, -1.0, 0.0)) == "containing 0"
+    rounds = [[10.0], [20.0], [30.0]]
+    cmp = Comparison([Result("a", "", rounds), Result("b", "", [[11.0], [22.0], [33.0]]),
+                      Result("c", "", [[9.0], [18.0], [27.0]]), Result("d", "", rounds)], "a", 1)
+    words = {"slower": "above 0", "faster": "below 0", "no difference resolved": "containing 0"}
+    for name in ("b", "c", "d"):
+        assert side(cmp.overhead(name)) == words[cmp.verdict(name)]
+
+
+def test_tally_counts_each_side_in_a_fixed_order_and_names_the_resolved_ones() -> None:
+    costs = {"in": Interval(1.0, -1.0, 3.0), "up": Interval(3.0, 2.0, 4.0), "down": Interval(-2.0, -3.0, -1.0),
+             "up too": Interval(2.0, 1.0, 3.0), "one round": Interval(5.0, NAN, NAN)}
+    assert tally(costs) == ("2 above 0 (up: +3.0 % [2.0, 4.0]; up too: +2.0 % [1.0, 3.0]); "
+                            "1 below 0 (down: -2.0 % [-3.0, -1.0]); 1 containing 0; 1 without an interval")
+    assert tally(costs, name=("containing 0",)) == (
+        "2 above 0; 1 below 0; 1 containing 0 (in: +1.0 % [-1.0, 3.0]); 1 without an interval")
+    assert tally(costs, name="below 0") == (
+        "2 above 0; 1 below 0 (down: -2.0 % [-3.0, -1.0]); 1 containing 0; 1 without an interval")
+    assert tally(costs, name=()) == "2 above 0; 1 below 0; 1 containing 0; 1 without an interval"
+
+
+def test_tally_of_intervals_all_on_one_side_has_one_group() -> None:
+    assert tally({"a": Interval(1.0, 0.5, 1.5), "b": Interval(2.0, 1.5, 2.5)}, name=()) == "2 above 0"
+
+
+@st.composite
+def _intervals(draw: st.DrawFn) -> dict[str, Interval]:
+    n = draw(st.integers(1, 8))
+    out = {}
+    for i in range(n):
+        lo = draw(st.floats(-50, 50, allow_nan=False))
+        hi = lo + draw(st.floats(0, 20, allow_nan=False))
+        out[f"c{i}"] = Interval(min(max((lo + hi) / 2, lo), hi), lo, hi)
+    return out
+
+
+@given(_intervals())
+def test_tally_counts_equal_a_direct_count(costs: dict[str, Interval]) -> None:
+    counts = {"above 0": sum(c.lo > 0 for c in costs.values()), "below 0": sum(c.hi < 0 for c in costs.values())}
+    counts["containing 0"] = len(costs) - counts["above 0"] - counts["below 0"]
+    expected = "; ".join(f"{k} {s}" for s, k in counts.items() if k)
+    assert tally(costs, name=()) == expected
+    named = tally(costs, name=SIDES)
+    assert all(f"{label}: {interval}" in named for label, interval in costs.items())
+
+
+def test_tally_refuses_nothing_to_count_an_unknown_side_and_a_non_interval() -> None:
+    with pytest.raises(ValueError, match="at least one interval"):
+        tally({})
+    with pytest.raises(ValueError, match=r"not \['above zero'\]"):
+        tally({"a": Interval(1.0, 0.5, 1.5)}, name=("above zero",))
+    with pytest.raises(TypeError, match=r"intervals\['a'\] must be a mentor.lab.stats.Interval.*got str"):
+        tally({"a": "+1.0 % [0.5, 1.5]"})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="interval must be a mentor.lab.stats.Interval"):
+        side(1.0)  # type: ignore[arg-type]
+
+
+def test_overlap_counts_touching_ends_and_is_symmetric() -> None:
+    a, touching, apart = Interval(1.0, 0.0, 2.0), Interval(3.0, 2.0, 4.0), Interval(3.0, 2.1, 4.0)
+    assert overlap(a, touching) and overlap(touching, a)
+    assert not overlap(a, apart) and not overlap(apart, a)
+    assert overlap(a, Interval(1.0, 0.5, 1.5))  # one inside the other
+
+
+def test_overlap_refuses_a_one_round_estimate() -> None:
+    with pytest.raises(ValueError, match="one-round estimate.*at least two rounds"):
+        overlap(Interval(1.0, 0.0, 2.0), Interval(1.0, NAN, NAN))
+
+
+def test_moved_lists_the_labels_whose_runs_do_not_overlap_in_the_later_runs_order() -> None:
+    before = {"a": Interval(1.0, 0.0, 2.0), "b": Interval(9.0, 8.0, 10.0), "c": Interval(5.0, 4.0, 6.0)}
+    after = {"c": Interval(1.0, 0.5, 1.5), "b": Interval(4.0, 3.0, 5.0), "a": Interval(1.5, 0.5, 2.5)}
+    assert moved(before, after) == ["c", "b"]
+    assert moved(before, before) == []
+
+
+def test_moved_refuses_runs_of_different_configurations() -> None:
+    with pytest.raises(ValueError, match=r"\['b'\] appear in one run only"):
+        moved({"a": Interval(1.0, 0.0, 2.0)}, {"a": Interval(1.0, 0.0, 2.0), "b": Interval(1.0, 0.0, 2.0)})

@@ -76,7 +76,7 @@ def test_tally_counts_equal_a_direct_count(costs: dict[str, Interval]) -> None:
 
 
 def test_tally_refuses_nothing_to_count_an_unknown_side_and_a_non_interval() -> None:
-    with pytest.raises(ValueError, match="at least one interval"):
+    with pytest.raises(ValueError, match=r"^tally needs at least one interval: pass \{label: Interval, \.\.\.\}$"):
         tally({})
     with pytest.raises(ValueError, match=r"not \['above zero'\]"):
         tally({"a": Interval(1.0, 0.5, 1.5)}, name=("above zero",))
@@ -93,9 +93,19 @@ def test_overlap_counts_touching_ends_and_is_symmetric() -> None:
     assert overlap(a, Interval(1.0, 0.5, 1.5))  # one inside the other
 
 
-def test_overlap_refuses_a_one_round_estimate() -> None:
-    with pytest.raises(ValueError, match="one-round estimate.*at least two rounds"):
-        overlap(Interval(1.0, 0.0, 2.0), Interval(1.0, NAN, NAN))
+def test_overlap_refuses_a_one_round_estimate_and_names_it() -> None:
+    both, one_round = Interval(1.0, 0.0, 2.0), Interval(7.0, NAN, NAN)
+    for a, b in ((both, one_round), (one_round, both)):
+        with pytest.raises(ValueError, match=r"; \+7\.0 % \[one round: no interval\] is a one-round estimate.*"
+                                             "at least two rounds"):
+            overlap(a, b)
+
+
+def test_overlap_names_the_argument_that_is_not_an_interval() -> None:
+    with pytest.raises(TypeError, match=r"^a must be a mentor.lab.stats.Interval .*got float$"):
+        overlap(1.0, Interval(1.0, 0.0, 2.0))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^b must be a mentor.lab.stats.Interval .*got str$"):
+        overlap(Interval(1.0, 0.0, 2.0), "+1.0 %")  # type: ignore[arg-type]
 
 
 def test_moved_lists_the_labels_whose_runs_do_not_overlap_in_the_later_runs_order() -> None:

@@ -2,6 +2,7 @@
 #   make test                      unit tests, notebook smoke runs (CPU), book build, workflow lint
 #   make book                      build the HTML book from the notebooks' stored outputs
 #   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
+#   make render [NB=book/x.ipynb]  re-render split notebooks from their stored measurements (any machine, no GPU)
 #   make gpu-test                  the CUDA tests (pytest -m gpu) on this machine's GPU
 #   make old-torchmetrics          torchmetrics 1.6.1 (the article's release) into .venv/torchmetrics-1.6.1, for ch. 13
 #   make check-notebooks           fail if a notebook's stored GPU run is not current
@@ -25,7 +26,7 @@ PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),
 # (PYTHON=python3.12 make test), from python3 otherwise. The pins need Python 3.11 or later.
 VENV_PYTHON := $(if $(PYTHON_DEPS),python3,$(PYTHON))
 
-.PHONY: test old-torchmetrics book gpu-run gpu-test check-notebooks mutation clean
+.PHONY: test old-torchmetrics book gpu-run render gpu-test check-notebooks mutation clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(VENV)/bin/python || $(VENV_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
@@ -51,6 +52,9 @@ book: $(STAMP)
 
 gpu-run: $(PYTHON_DEPS) $(OLD_SITE)/.installed
 	$(PYTHON) scripts/nbtools.py gpu-run $(NB)
+
+render: $(PYTHON_DEPS)
+	$(PYTHON) scripts/nbtools.py render $(NB)
 
 gpu-test: $(PYTHON_DEPS)
 	$(PYTHON) -m pytest -m gpu

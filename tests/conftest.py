@@ -25,17 +25,17 @@ BIN = Path(sys.executable).parent
 def built_book(tmp_path_factory):
     """Build a copy of the book with ``jupyter-book build -W -n``: (the finished process, the html folder, the
     toc entries built). Only the entries of _toc.yml that exist are built."""
-    from nbtools_loader import nbtools
+    from nbtools_loader import book as nb_book
     from test_book import prune_toc
 
-    present = [entry for entry in nbtools.toc_files() if nbtools.toc_source(entry) is not None]
+    present = [entry for entry in nb_book.toc_files() if nb_book.toc_source(entry) is not None]
     assert present, "no entry of _toc.yml exists yet"
     root = tmp_path_factory.mktemp("book")
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
     assert toc["root"] in present, f"the toc's root {toc['root']} is missing"
     (root / "_toc.yml").write_text(yaml.safe_dump(prune_toc(toc, set(present)), sort_keys=False))
     shutil.copy(REPO / "_config.yml", root)
-    shutil.copytree(REPO / "book", root / "book", ignore=nbtools.COPY_IGNORE)
+    shutil.copytree(REPO / "book", root / "book", ignore=nb_book.COPY_IGNORE)
     # the chapters include code from mentor's source ({literalinclude} ../mentor/...), as the real build does
     shutil.copytree(REPO / "mentor", root / "mentor", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
@@ -51,7 +51,7 @@ SMOKE = pytest.StashKey[dict]()
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start `nbtools.py smoke --json` for the notebooks this session's test_notebook_smoke items select, in a
     process of its own: it runs while the other tests do, and the `smoke_runs` fixture waits for it."""
-    from nbtools_loader import nbtools
+    from nbtools_loader import book as nb_book
 
     selected = [item.callspec.params["notebook"] for item in session.items
                 if getattr(item, "originalname", "") == "test_notebook_smoke" and item.callspec.params.get("notebook")]
@@ -63,8 +63,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     out = folder / "outcomes.json"
     before = {nb: nb.read_bytes() for nb in selected}
     log = open(folder / "smoke.log", "w")
-    process = subprocess.Popen([sys.executable, str(nbtools.REPO / "scripts" / "nbtools.py"), "smoke", "--json",
-                                str(out), *map(str, selected)], stdout=log, stderr=subprocess.STDOUT, cwd=nbtools.REPO)
+    process = subprocess.Popen([sys.executable, str(nb_book.REPO / "scripts" / "nbtools.py"), "smoke", "--json",
+                                str(out), *map(str, selected)], stdout=log, stderr=subprocess.STDOUT, cwd=nb_book.REPO)
     session.config.stash[SMOKE] = {"process": process, "out": out, "log": folder / "smoke.log", "before": before,
                                    "folder": folder, "log_file": log}
 
@@ -86,7 +86,7 @@ def smoke_runs(request: pytest.FixtureRequest) -> dict:
     """{notebook: (its bytes before the run, its seconds or the NotebookFailed)}, from the background smoke run."""
     import json
 
-    from nbtools_loader import nbtools
+    from nbtools_loader import runs as nb_runs
 
     run = request.config.stash.get(SMOKE, None)
     assert run is not None, "the smoke run was not started (pytest_collection_finish in tests/conftest.py)"
@@ -94,7 +94,7 @@ def smoke_runs(request: pytest.FixtureRequest) -> dict:
     if not run["out"].is_file():
         pytest.fail(f"the smoke run wrote no outcomes:\n{run['log'].read_text()[-4000:]}", pytrace=False)
     record = {Path(k): v for k, v in json.loads(run["out"].read_text()).items()}
-    return {nb: (run["before"][nb], nbtools.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
+    return {nb: (run["before"][nb], nb_runs.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
                  else record[nb]["seconds"]) for nb in run["before"]}
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nbtools_loader import nbtools
+from nbtools_loader import book as nb_book
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -34,7 +34,7 @@ def prune_toc(node: object, keep: set[str]) -> object:
 
 def test_toc_entries_exist() -> None:
     """Every entry of _toc.yml exists as book/NAME.ipynb or book/NAME.md."""
-    missing = [entry for entry in nbtools.toc_files() if nbtools.toc_source(entry) is None]
+    missing = [entry for entry in nb_book.toc_files() if nb_book.toc_source(entry) is None]
     assert not missing, f"_toc.yml lists entries with neither .ipynb nor .md: {', '.join(missing)}"
 
 
@@ -136,7 +136,7 @@ def test_every_waiver_is_on_its_page(built_book) -> None:
     _, html, present = built_book
     waived = {}
     for entry in present:
-        source = nbtools.toc_source(entry)
+        source = nb_book.toc_source(entry)
         if source is not None and source.suffix == ".ipynb":
             meta = json.loads(source.read_text()).get("metadata", {}).get("mentor", {})
             if meta.get("waiver"):
@@ -274,7 +274,7 @@ def test_the_run_box_examples_hold() -> None:
     import doctest
 
     result = doctest.testmod(_run_box(), optionflags=doctest.ELLIPSIS)
-    assert result.attempted == 5 and result.failed == 0
+    assert result.attempted == 9 and result.failed == 0
 
 
 @pytest.mark.parametrize(("provenance", "shown"), [({"gpu": "NVIDIA H200", "gpu_count": 2}, "two NVIDIA H200 GPUs"),

@@ -8,8 +8,10 @@ admonition titled "Run this chapter", and warns (an error under ``-W``) when a w
 no such box. :func:`waiver_text` is also what ``nbtools check`` prints.
 
 The box's facts about the stored run come from the same metadata, through the role
-``{stored-run}`gpus``` (the machine's GPUs, from ``metadata.mentor.provenance``: "two NVIDIA H200 GPUs")
-and ``{stored-run}`date``` (the day of the run), so that no page types them by hand.
+``{stored-run}`gpus``` (the machine's GPUs, from ``metadata.mentor.provenance``: "two NVIDIA H200 GPUs"),
+``{stored-run}`date``` (the day of the run, or of a split notebook's measurement) and, for a split notebook,
+``{stored-run}`rendered``` (the day and the commit of the render of its presenting cells, from
+``metadata.mentor.render``), so that no page types them by hand.
 """
 
 from __future__ import annotations
@@ -34,13 +36,18 @@ def waiver_text(meta: dict[str, Any]) -> str | None:
     The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then mentor/lab/env.py changed, mentor/lab/bench.py is now imported and mentor/bench.py is no longer imported. It was not rerun: needs two GPUs.
 
     A waiver for modules that moved (``renames``, old name to new) also says that the code cells import them
-    under their new names.
+    under their new names. The waiver of a split notebook's measurement (``scope: "measure"``) speaks of the
+    measurement, and says when its measuring cells changed too:
+
+    >>> print(waiver_text({"scope": "measure", "mentor_sha256": "628507b8548e5cfe", "executed": "2026-12-01T10:10:47",
+    ...                    "waiver": {"modules": ["suite.py"], "cells_changed": True, "reason": "needs two GPUs"}}))
+    The stored measurement used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then its measuring cells changed and mentor/suite.py changed. It was not measured again: needs two GPUs.
     """
     waiver = meta.get("waiver")
     if not waiver:
         return None
     added, removed = waiver.get("added", []), waiver.get("removed", [])
-    parts = []
+    parts = ["its measuring cells changed"] if waiver.get("cells_changed") else []
     for group, one, many in (([m for m in waiver["modules"] if m not in added and m not in removed], "changed", "changed"),
                              (added, "is now imported", "are now imported"),
                              (removed, "is no longer imported", "are no longer imported")):
@@ -53,6 +60,10 @@ def waiver_text(meta: dict[str, Any]) -> str | None:
     if renames:
         news, olds = _names(list(renames.values())), _names(list(renames))
         moved = f" Its code cells now import {news} where the stored run imported {olds}; nothing else in them changed."
+    if meta.get("scope") == "measure":  # a split notebook: the waiver covers its measurement only
+        return (f"The stored measurement used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of "
+                f"its source{when}); since then {said}.{moved} It was not measured again: "
+                f"{waiver['reason'].rstrip('.')}.")
     return (f"The stored run used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
             f"source{when}); since then {said}.{moved} It was not rerun: {waiver['reason'].rstrip('.')}.")
 
@@ -83,7 +94,7 @@ def _show_waiver(app: Any, doctree: Any) -> None:
 
 
 NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-STORED_RUN_KEYS = ("gpus", "date")
+STORED_RUN_KEYS = ("gpus", "date", "rendered")
 
 
 def stored_run_text(key: str, meta: dict[str, Any]) -> str:
@@ -101,6 +112,8 @@ def stored_run_text(key: str, meta: dict[str, Any]) -> str:
     """
     if key not in STORED_RUN_KEYS:
         raise ValueError(f"{{stored-run}} knows {', '.join(repr(k) for k in STORED_RUN_KEYS)}, not {key!r}")
+    if key == "rendered":
+        return rendered_text(meta.get("render"))
     if key == "date":
         if not meta.get("executed"):
             raise ValueError("the notebook has no stored run (metadata.mentor.executed is missing); store one with "
@@ -113,6 +126,28 @@ def stored_run_text(key: str, meta: dict[str, Any]) -> str:
                          "with make gpu-run NB=<the notebook>")
     word = NUMBER_WORDS[count] if count < len(NUMBER_WORDS) else str(count)
     return f"{word} {gpu} GPU{'s' if count > 1 else ''}"
+
+
+def rendered_text(render: dict[str, Any] | None) -> str:
+    """What ``{stored-run}`rendered``` shows: the day of a split notebook's render and the commit it rendered from.
+
+    >>> rendered_text({"rendered": "2026-12-04T20:01:02+00:00", "commit": "39ba96d0c847fb84d578", "changes": []})
+    'on 2026-12-04, at commit 39ba96d0c847'
+    >>> rendered_text({"rendered": "2026-12-04T20:01:02+00:00", "commit": "39ba96d0c847fb84d578",
+    ...                "changes": ["mentor/lab/plots.py"]})
+    'on 2026-12-04, at commit 39ba96d0c847 with uncommitted changes to mentor/lab/plots.py'
+    >>> rendered_text({"rendered": "2026-12-04T20:01:02+00:00", "commit": None, "changes": []})
+    'on 2026-12-04, outside a git checkout'
+    """
+    if not render or not render.get("rendered"):
+        raise ValueError("the notebook has no stored render (metadata.mentor.render is missing); render it with "
+                         "python scripts/nbtools.py render <the notebook>")
+    day = str(render["rendered"])[:10]
+    if not render.get("commit"):
+        return f"on {day}, outside a git checkout"
+    changes = render.get("changes") or []
+    return f"on {day}, at commit {render['commit'][:12]}" + (
+        f" with uncommitted changes to {_names(changes)}" if changes else "")
 
 
 def _stored_run_role(name: str, rawtext: str, text: str, lineno: int, inliner: Any,

@@ -1,0 +1,1 @@
+"""The modules of scripts/nbtools.py, one per job (see its docstring)."""

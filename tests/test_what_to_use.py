@@ -1,4 +1,4 @@
-"""Chapter 15's two recipes run as printed: the code blocks of book/15_what_to_use.md are executed with a tiny model
+"""Chapter 15's two recipes run as printed: the code blocks of book/15_what_to_use.ipynb are executed with a tiny model
 standing in for the reader's loop (its ``train_step``) and the fused suite for their ``metrics``.
 
 On the CPU the update's recipe runs whole and the regime's recipe stops where it must, at the trace without GPU work;
@@ -17,12 +17,15 @@ import torch
 from marks import gpu
 from mentor.suite import FusedMetrics
 
-PAGE = Path(__file__).resolve().parents[1] / "book" / "15_what_to_use.md"
+PAGE = Path(__file__).resolve().parents[1] / "book" / "15_what_to_use.ipynb"
 
 
 def recipes() -> list[str]:
-    """The page's ```python blocks, in order."""
-    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
+    """The ```python blocks of the page's prose, in order."""
+    import nbformat
+
+    prose = "\n".join(c.source for c in nbformat.read(PAGE, as_version=4).cells if c.cell_type == "markdown")
+    return re.findall(r"```python\n(.*?)```", prose, flags=re.S)
 
 
 def reader_loop(device: str) -> dict:

@@ -18,6 +18,7 @@ One module per job:
 - ``mentor.lab.baselines``: cheaper ways to use torchmetrics as it is: grouped, every n steps, buffered
 - ``mentor.lab.across_runs``: the same sweep run several times: what moved between runs and what held
 - ``mentor.lab.wording``: what a run resolved, in words computed from its intervals, for the chapters' glue
+- ``mentor.lab.stored``: what another chapter stored: the values its notebook glued, for pages that gather results
 - ``mentor.lab.regimes``: which regime an operating point is in, measured (GPU idle share, update cost)
 - ``mentor.lab.bench``: the command line, ``python -m mentor.lab.bench``
 - ``mentor.lab.figures``: figures at phone width, glued as SVG with text kept as text

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A long job on a GPU machine whose calls are limited in time (the device tool's 10 minutes a call):
+# A long job on a GPU machine that is reached by commands limited in time (ten minutes a command, say):
 # start it in the background in one call, then wait for it over later calls, collecting what it
 # finished after every call, so that a machine lost between calls loses no finished result.
 #

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Fetch, here, the wheels that scripts/device_job.sh installs on the GPU machine, which reaches no package index:
-#   .whl/      nbclient, ipykernel and myst-nb's glue (../shared/tools/gpu-wheels), and lightning, pytorch-lightning,
+#   .whl/      nbclient, ipykernel and myst-nb's glue (fetched by the gpu-wheels helper at ../shared/tools, with the
+#              install.sh that installs them), and lightning, pytorch-lightning,
 #              lightning-utilities and accelerate at the versions of constraints.txt (chapter 16; the image has
 #              others)
 #   .whl-old/  torchmetrics 1.6.1, the article's release (chapter 13)
-# Both folders are listed in .git/info/exclude, so that they stay out of commits; carry them with each device call
-# (carry: [".whl", ".whl-old"]).
+# Both folders are listed in .git/info/exclude, so that they stay out of commits; copy both to the GPU machine with
+# the working tree.
 #
 #   bash scripts/device_wheels.sh
 set -euo pipefail

@@ -61,7 +61,7 @@ def _n(full: int, quick: int) -> int:
 
 class JitSuite(FusedMetrics):
     """FusedMetrics whose cached launchers call ``JITFunction.run`` at every update (:func:`mentor._fused_kernel.launcher`),
-    as the suite did before it used :mod:`mentor._direct_launch`; the runs in ``book/results/issue22`` measured that
+    as the suite did before it used :mod:`mentor._direct_launch`; the runs in ``book/results/suite_cost_targets`` measured that
     suite as ``FusedMetrics`` and the direct one as a subclass."""
 
     def _checked_update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> Any:

@@ -248,3 +248,29 @@ def test_the_examples_of_the_notebook_tools_hold(module) -> None:
 
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_waiver_of_a_raw_hashed_measurement_survives_a_layout_edit(tmp_path: Path) -> None:
+    """A measurement stored before the ast-1 scheme hashes its code as text, and any edit of it shows as a change;
+    its waiver accepts the code as it is, hashed by the current scheme, so a later change of layout alone stays
+    accepted, and a change of the code does not."""
+    path = split_notebook(tmp_path)
+    nb_gpu.measure(path, _env())
+    nb = nbformat.read(path, as_version=4)
+    meta = nb.metadata["mentor"]
+    meta["hash_scheme"] = "raw"
+    meta["code_sha256"] = nb_hashes.code_hash(nb, "raw", "measure")
+    meta["mentor_sources"] = nb_hashes.mentor_sources(nb, scheme="raw", scope="measure")
+    nb.cells[1].source = MEASURE.replace("0.25", "0.5")
+    nbformat.write(nb, path)
+    waiver = nb_waivers.waive(path, "needs two GPUs")
+    assert (waiver["scheme"], waiver["cells_changed"]) == (nb_hashes.HASH_SCHEME, True)
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = nb.cells[1].source.replace("json.dump(", "json.dump(  ")  # layout only
+    nbformat.write(nb, path)
+    measured = [m for m in messages(path) if "no stored render" not in m]  # this test renders nothing
+    assert measured == []
+    nb.cells[1].source = nb.cells[1].source.replace('"x"', '"y"')
+    nbformat.write(nb, path)
+    measured = [m for m in messages(path) if "no stored render" not in m]
+    assert len(measured) == 1 and "accepts another change" in measured[0]

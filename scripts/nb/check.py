@@ -123,7 +123,7 @@ def measurement_reasons(nb: NotebookNode, meta: dict, folder: Path, name: str) -
     if waiver and not changes:
         problems.append("carries a waiver, but its measuring cells and the modules they import are unchanged since "
                         "its measurement: remove metadata.mentor.waiver")
-    elif waiver and waiver.get("accepts") == measure_digest(nb, scheme):
+    elif waiver and waiver.get("accepts") == measure_digest(nb, waiver.get("scheme", scheme)):
         changes = []
     elif waiver:
         changes = [c + f", and its waiver ({waiver.get('reason')!r}) accepts another change (waive this one with "

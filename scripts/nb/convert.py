@@ -17,7 +17,7 @@ import nbformat
 
 from nb.book import display_path
 from nb.check import _apply_waiver, _run_reasons, unrenamed
-from nb.hashes import (changed_modules, code_cells, code_hash, is_measure, measure_digest, mentor_sources,
+from nb.hashes import (HASH_SCHEME, changed_modules, code_cells, code_hash, is_measure, measure_digest, mentor_sources,
                        outputs_hash, stored_scheme)
 from nb.render import result_files
 
@@ -76,7 +76,7 @@ def convert(nb_path: Path, results: Sequence[str] = ()) -> dict:
                                 "added": [m for m in modules if m not in recorded],
                                 "removed": [m for m in modules if m not in current],
                                 "cells_changed": record["code_sha256"] != code_hash(nb, scheme, "measure"),
-                                "accepts": measure_digest(nb, scheme)}
+                                "scheme": HASH_SCHEME, "accepts": measure_digest(nb, HASH_SCHEME)}
     nb.metadata["mentor"] = record
     nbformat.write(nb, nb_path)
     return record

@@ -277,7 +277,8 @@ def changed_modules(recorded: dict[str, str], current: dict[str, str]) -> list[s
 
 def measure_digest(nb: NotebookNode, scheme: str = HASH_SCHEME) -> str:
     """SHA-256 of what a split notebook's measurement depends on: its measuring cells' code and the ``mentor``
-    modules they import. A waiver of a measurement accepts exactly this digest."""
+    modules they import. A waiver of a measurement accepts exactly this digest, made with the scheme it records
+    (the current one when it was written), whatever scheme the measurement's own hashes used."""
     return sources_digest({"code": code_hash(nb, scheme, "measure"),
                            "modules": sources_digest(mentor_sources(nb, scheme=scheme, scope="measure"))})
 

@@ -14,7 +14,7 @@ from nbformat import NotebookNode
 from nb.book import BOOK, display_path
 from nb.check import (_CODE_CHANGED, _SOURCES_CHANGED, MEASURE_CODE_CHANGED, MEASURE_SOURCES_CHANGED, _run_reasons,
                       measurement_reasons, unrenamed)
-from nb.hashes import (changed_modules, code_hash, is_split, measure_digest, mentor_sources, sources_digest,
+from nb.hashes import (HASH_SCHEME, changed_modules, code_hash, is_split, measure_digest, mentor_sources, sources_digest,
                        stored_scheme)
 
 
@@ -116,7 +116,9 @@ def _waive_measurement(nb_path: Path, nb: NotebookNode, meta: dict, reason: str,
     modules = changed_modules(recorded, current)
     waiver = {"reason": reason, "modules": modules,
               "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
-              "cells_changed": MEASURE_CODE_CHANGED in reasons, "accepts": measure_digest(nb, scheme),
+              "cells_changed": MEASURE_CODE_CHANGED in reasons,
+              # the code as it is now, hashed by the current scheme: a later docstring or layout edit keeps it
+              "scheme": HASH_SCHEME, "accepts": measure_digest(nb, HASH_SCHEME),
               "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     nb.metadata["mentor"]["waiver"] = waiver
     nbformat.write(nb, nb_path)

@@ -143,8 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if messages:
                 return 1
             notes = waived(notebooks)
-            print(f"ok: {len(notebooks)} notebook(s) match their stored GPU run (a split one: its measurement and its "
-                  "render)"
+            split = sum(is_split(_read(nb_path)) for nb_path in notebooks)
+            print(f"ok: {len(notebooks)} notebook(s) match their stored GPU run"
+                  + (f" ({split} split: by {'their' if split > 1 else 'its'} measurement"
+                     + (", and a fresh render" if args.render else "") + ")" if split else "")
                   + (f", {len(notes)} of them under a waiver:" if notes else ""))
             for note in notes:
                 print(f"  {note}")

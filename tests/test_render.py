@@ -47,7 +47,8 @@ def messages(path: Path) -> list[str]:
     return nb_check.stale([path])
 
 
-def test_a_split_notebook_is_measured_rendered_and_checked_in_two_parts(tmp_path: Path) -> None:
+def test_a_split_notebook_is_measured_rendered_and_checked_in_two_parts(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """measure() runs only the measuring cell and records the file it wrote; render() runs only the presenting
     cell from that file; the check then passes, and each kind of change names the command that renews it."""
     (tmp_path / "results").mkdir()
@@ -66,6 +67,9 @@ def test_a_split_notebook_is_measured_rendered_and_checked_in_two_parts(tmp_path
     assert nb.cells[2].outputs[0]["text"] == "x is 0.25\n"
     assert nb.cells[1].outputs[0]["text"] == "measured\n"  # the measurement's output, kept
     assert messages(path) == []
+    capsys.readouterr()
+    assert nbtools.main(["check", str(path)]) == 0
+    assert capsys.readouterr().out == "ok: 1 notebook(s) match their stored GPU run (1 split: by its measurement)\n"
     assert nb_render.render_differences(path, book=tmp_path, env=_env()) == []
 
     # a presentation change not rendered: the hash check and the fresh render both fail, and name `render`
@@ -209,6 +213,17 @@ def test_the_run_records_provenance_without_the_machines_paths(monkeypatch: pyte
     monkeypatch.setattr(mentor.lab.env, "environment_report",
                         lambda: {"gpu": "NVIDIA H200", "executable": "/opt/torch/.venv/bin/python3"})
     assert nb_gpu.provenance() == {"gpu": "NVIDIA H200", "executable": "python3"}
+
+
+def test_prints_cut_into_several_stream_messages_compare_equal_to_one() -> None:
+    """A kernel may deliver one cell's prints as one stream output or as several (when it flushes): the stored and
+    the fresh render compare equal either way, while a different text, or stderr instead of stdout, does not."""
+    one = [new_output("stream", name="stdout", text="rank 0\ntable\nrank 1\n")]
+    three = [new_output("stream", name="stdout", text=t) for t in ("rank 0\n", "table\n", ["rank ", "1\n"])]
+    assert nb_render.comparable(three) == nb_render.comparable(one)
+    assert nb_render.comparable(three[:2]) != nb_render.comparable(one)
+    mixed = [three[0], new_output("stream", name="stderr", text="table\n"), three[2]]
+    assert len(nb_render.comparable(mixed)) == 3 and nb_render.comparable(mixed) != nb_render.comparable(one)
 
 
 def test_comparable_outputs_ignore_execution_counts_only() -> None:

@@ -145,6 +145,8 @@ def git_state(nb_path: Path, nb: NotebookNode) -> dict[str, Any]:
 def _present(nb: NotebookNode, folder: Path, name: str, env: dict[str, str] | None) -> float:
     """Execute the presenting cells of ``nb`` in ``folder`` and clean their outputs as ``gpu-run`` cleans a run's."""
     seconds = execute_scope(nb, "present", folder, name, env=render_env(env))
+    for cell in code_cells(nb, "present"):
+        cell.outputs = coalesce_streams(cell.get("outputs", []))
     drop_hidden_stderr(nb)
     shorten_paths(nb)
     return seconds
@@ -201,12 +203,35 @@ def comparable(outputs: list[Any]) -> list[dict[str, Any]]:
     ...     {"output_type": "execute_result", "metadata": {}, "data": {"text/plain": "1"}}]
     True
     """
-    out = []
-    for output in outputs:
+    out: list[dict[str, Any]] = []
+    for output in coalesce_streams(outputs):
         item = {k: v for k, v in dict(output).items() if k not in ("execution_count", "transient")}
-        if item.get("output_type") == "stream" and isinstance(item.get("text"), list):
-            item["text"] = "".join(item["text"])
         out.append(copy.deepcopy(item))
+    return out
+
+
+def coalesce_streams(outputs: list[Any]) -> list[Any]:
+    """``outputs`` with each run of consecutive stream outputs of the same name (stdout, stderr) joined into one, its
+    text one string. How a kernel cuts a cell's printing into stream messages depends on when it flushes, so the same
+    prints can be stored as one output on one machine and as three on another; joined, they compare equal.
+
+    >>> from nbformat.v4 import new_output
+    >>> [o["text"] for o in coalesce_streams([new_output("stream", name="stdout", text="a\\n"),
+    ...                                       new_output("stream", name="stdout", text=["b\\n", "c"])])]
+    ['a\\nb\\nc']
+    """
+    out: list[Any] = []
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            text = output.get("text", "")
+            text = "".join(text) if isinstance(text, list) else text
+            last = out[-1] if out else None
+            if last is not None and last.get("output_type") == "stream" and last.get("name") == output.get("name"):
+                last["text"] += text
+                continue
+            output = copy.deepcopy(output)
+            output["text"] = text
+        out.append(output)
     return out
 
 

@@ -1,5 +1,6 @@
 # Build, test and run the book. Everything installs into .venv from requirements.txt.
-#   make test                      unit tests, notebook smoke runs (CPU), book build, workflow lint
+#   make test                      unit tests, notebook smoke runs (CPU), book build, browser test, workflow lint
+#   make browser                   install a Chromium for the browser test when there is none (make test runs it)
 #   make book                      build the HTML book from the notebooks' stored outputs
 #   make gpu-run [NB=book/x.ipynb] execute notebooks in place on this machine's GPU
 #   make render [NB=book/x.ipynb]  re-render split notebooks from their stored measurements (any machine, no GPU)
@@ -26,7 +27,7 @@ PYTHON_DEPS := $(if $(filter $(VENV)/bin/python ./$(VENV)/bin/python,$(PYTHON)),
 # (PYTHON=python3.12 make test), from python3 otherwise. The pins need Python 3.11 or later.
 VENV_PYTHON := $(if $(PYTHON_DEPS),python3,$(PYTHON))
 
-.PHONY: test old-torchmetrics book gpu-run render gpu-test check-notebooks mutation clean
+.PHONY: test browser old-torchmetrics book gpu-run render gpu-test check-notebooks mutation clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(VENV)/bin/python || $(VENV_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
@@ -37,8 +38,28 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(VENV)/bin/python -m pip install -q -r requirements.txt -c constraints.txt
 	touch $@
 
-test: $(STAMP) $(OLD_SITE)/.installed
+test: $(STAMP) $(OLD_SITE)/.installed browser
 	$(VENV)/bin/python -m pytest
+
+# The browser test (tests/test_browser.py) drives a Chromium through Playwright: Debian's chromium package, else
+# Playwright's own; tests/site_browser.py says whether there is one (the one the test will use). When there is
+# none: as root with apt-get, Debian's package; if that is not possible or fails, Playwright's own download
+# (into ~/.cache/ms-playwright); if that fails too, one message saying what to run. Nothing is installed with
+# MENTOR_CHROMIUM (a Chromium named by hand) or MENTOR_SKIP_BROWSER=1 (the browser test skipped) set.
+HAS_CHROMIUM := $(VENV)/bin/python tests/site_browser.py >/dev/null
+NO_CHROMIUM := make test needs Chromium for tests/test_browser.py: run \`sudo apt-get install chromium\` or \
+  \`$(VENV)/bin/python -m playwright install chromium\` (or set MENTOR_CHROMIUM=/path/to/chromium, \
+  or MENTOR_SKIP_BROWSER=1 to skip the browser test)
+browser: $(STAMP)
+	@[ "$$MENTOR_SKIP_BROWSER" = 1 ] || [ -n "$$MENTOR_CHROMIUM" ] || $(HAS_CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "no Chromium for the browser test: installing Debian's chromium package"; \
+	    apt-get update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  fi; \
+	  $(HAS_CHROMIUM) || { echo "no Chromium for the browser test: installing Playwright's own"; \
+	    $(VENV)/bin/python -m playwright install chromium; }; \
+	  $(HAS_CHROMIUM) || { echo "$(NO_CHROMIUM)" >&2; exit 1; }; }
 
 # A second torchmetrics, outside the venv's site-packages: only a process whose PYTHONPATH starts with it
 # imports it (mentor.lab.releases). --no-deps: it needs nothing that the venv lacks.

@@ -1,9 +1,9 @@
 """The update kernel launched without Triton's per-call binding (private; :class:`mentor.suite.FusedMetrics` uses it).
 
 :func:`mentor._fused_kernel.launcher` calls the kernel through ``JITFunction.run`` at every update. That
-call binds the 20 arguments, specializes each one (pointer alignment, integers equal to 1 or divisible by
-16), hashes the result to find the compiled kernel, builds the launch metadata and calls the compiled
-kernel's launcher (``CompiledKernel.run``). For one input layout all of that gives the same answer every
+call binds the 20 arguments (22 with top-k), specializes each one (pointer alignment, integers equal to 1
+or divisible by 16), hashes the result to find the compiled kernel, builds the launch metadata and calls the
+compiled kernel's launcher (``CompiledKernel.run``). For one input layout all of that gives the same answer every
 time, except the pointers' alignment. :func:`launcher` here makes the first launch through
 ``JITFunction.run``, keeps the compiled kernel it returns, and afterwards calls its launcher directly, with
 the same positional arguments ``JITFunction.run`` passes (``triton/runtime/jit.py``, the ``kernel.run(...)``
@@ -97,6 +97,9 @@ class DirectLauncher:
     ``direct`` counts the launches that bypassed ``JITFunction.run`` and ``bound`` those that went through it
     (the first, and every fallback).
 
+    With ``top_k`` (the ks above 1, ascending) it launches ``_top_k_kernel``, whose ``states`` end with
+    ``top_k_hits`` (:func:`mentor._fused_kernel.kernel_for`).
+
     Example (making one launches nothing; running it needs CUDA tensors):
         >>> logits, labels = torch.randn(32, 1000), torch.randint(0, 1000, (32,))
         >>> run = DirectLauncher(logits, labels, num_classes=1000, ignore_index=None)
@@ -104,17 +107,20 @@ class DirectLauncher:
         (0, 0, 8)
     """
 
-    def __init__(self, preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None) -> None:
-        ints, constants, self.grid = _kernel._arguments(preds, target, num_classes, ignore_index)
+    def __init__(self, preds: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int | None,
+                 top_k: tuple[int, ...] = ()) -> None:
+        ints, constants, self.grid = _kernel._arguments(preds, target, num_classes, ignore_index, top_k)
         self._ints, self._constants = ints, constants
-        names = _kernel._update_kernel.arg_names if _kernel.AVAILABLE else None
-        # the kernel's parameters after the nine tensors, in order: the integers, then the constexprs
+        jit = _kernel.kernel_for(top_k) if _kernel.AVAILABLE else None
+        tensors = 10 if top_k else 9  # the states, then top_k_hits with top-k
+        # the kernel's parameters after the tensors, in order: the integers, then the constexprs
         expected = ["n", "num_classes", "preds_row_stride", "preds_col_stride", "target_stride", "ignore_index",
                     *constants]
-        if names is not None and list(names[9:]) != expected:
-            raise RuntimeError(f"the update kernel's parameters changed ({names[9:]}); update DirectLauncher.")
+        if jit is not None and list(jit.arg_names[tensors:]) != expected:
+            raise RuntimeError(f"the update kernel's parameters changed ({jit.arg_names[tensors:]}); "
+                               f"update DirectLauncher.")
         self._tail = (*ints, *constants.values())
-        self._jit = _kernel._update_kernel[(self.grid,)] if _kernel.AVAILABLE else None
+        self._jit = jit[(self.grid,)] if jit is not None else None
         self._index = target.device.index
         self._compiled: Any = None
         self._get_stream: Any = None
@@ -153,13 +159,13 @@ def _stream_getter() -> Any:
 
 
 def launcher(preds: torch.Tensor, target: torch.Tensor, num_classes: int,
-             ignore_index: int | None) -> _kernel.Launcher:
+             ignore_index: int | None, top_k: tuple[int, ...] = ()) -> _kernel.Launcher:
     """A :class:`DirectLauncher` for inputs laid out as ``preds`` and ``target``; a drop-in for
     :func:`mentor._fused_kernel.launcher` (same arguments, same ``run``).
 
     Example:
         >>> run = launcher(torch.randn(4, 10), torch.randint(0, 10, (4,)), num_classes=10, ignore_index=-100)
-        >>> run.grid
-        1
+        >>> run.grid, launcher(torch.randn(4, 10), torch.randint(0, 10, (4,)), 10, None, top_k=(5,))._tail[-1]
+        (1, (5,))
     """
-    return DirectLauncher(preds, target, num_classes, ignore_index)
+    return DirectLauncher(preds, target, num_classes, ignore_index, top_k)

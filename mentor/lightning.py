@@ -17,10 +17,16 @@ logged with ``prog_bar=True`` goes through ``convert_tensors_to_scalars`` there,
 
 At a later batch, once the copy has arrived, it hands the values to every logger of the trainer
 (``trainer.loggers``). The copy makes no batch wait. What ``compute()`` itself reads is the metric's:
-``FusedMetrics.compute`` reads back its count of invalid labels, one sync per report, and under DDP
-torchmetrics' sync adds its collectives, once per report (chapter 12). A batch that does not report
-makes no sync here. At the end of training the callback reports the batches since its last report and
-waits once for that copy.
+``FusedMetrics.compute`` reads nothing back, and under DDP torchmetrics' sync adds its collectives, once
+per report (chapter 12). A batch that does not report makes no sync here. At the end of training the
+callback reports the batches since its last report and waits once for that copy.
+
+Labels outside the classes make every value of ``FusedMetrics.compute()`` NaN and its
+``"invalid_labels"`` count nonzero (:mod:`mentor.invalid`). When such a report arrives, the callback
+raises :class:`mentor.invalid.InvalidLabelsError` (from :meth:`DeferredReadback.latest
+<mentor.readback.DeferredReadback.latest>`, with the count and the report's step) and logs none of its
+values, so no NaN score reaches a logger unannounced. The count of a good report is logged with the
+other values, as ``prefix + "invalid_labels"`` = 0.0.
 
 
 
@@ -86,6 +92,12 @@ class LogEvery(Callback):
     The LightningModule updates ``metric`` itself, in ``training_step``. Each logged value carries the
     ``trainer.global_step`` of the batch that computed it. A metric whose ``compute()`` gives one tensor is
     logged under its class name.
+
+    Raises :class:`mentor.invalid.InvalidLabelsError` in the batch (or at the end of training) where a report
+    arrives whose invalid-label count is not 0 (any key with ``invalid_labels`` as a whole word: a
+    ``MetricCollection``'s prefixed keys count too); its NaN values are not logged. Under DDP every rank's
+    report carries the same summed count, so every rank raises, each when its own copy arrives, which may
+    be a batch later on one rank than on another.
 
     Example:
         >>> from torchmetrics import MeanMetric

@@ -20,6 +20,10 @@ is still recorded and still called, and torch's call raises for want of a device
 ends the test and the call was not excused, the test fails with the check's message, which names
 the call's ``file:line``, instead of torch's driver error.
 
+pytest loads the plugin in every session of an environment where mentor is installed, so a session that never
+asks for the check pays only for this small module: it imports torch and :mod:`mentor.syncs` when a test uses the
+marker or the fixture (inside :func:`watching` and :meth:`SyncCheck.message`), not before.
+
 pytest loads the plugin under its entry point's name, ``mentor`` (disable it with ``-p no:mentor``).
 Naming the module as well (``-p mentor.pytest_plugin``, or ``pytest_plugins = ["mentor.pytest_plugin"]``
 in a conftest) is harmless: the first registration stands in for the plugin under the other name too,
@@ -50,6 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+# No torch and no other mentor module at the top: they are imported where a watched test needs them.
 
 MARKER = "no_syncs"
 ENTRY_POINT = "mentor"

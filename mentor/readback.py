@@ -13,16 +13,31 @@ with no error. A value is only read here after its event reports that the copy i
 converted to Python floats at once, before a later push can reuse the buffer.
 
 On CPU tensors there is nothing to wait for: a push is read at once.
+
+Invalid labels are loud here. ``FusedMetrics.compute()`` reads nothing back: when labels outside the
+classes reached it, its values are NaN and its ``"invalid_labels"`` count is not 0. When a pushed
+mapping's count reads nonzero (any key with ``invalid_labels`` as a whole word, such as
+``"train/invalid_labels"``: :func:`mentor.invalid.is_count_key`), :meth:`~DeferredReadback.latest` and
+:meth:`~DeferredReadback.wait` raise :class:`mentor.invalid.InvalidLabelsError` with the count and the
+step, at every call, until a newer push without invalid labels arrives: its NaN values are never
+returned. A push with invalid labels that a newer one replaces before any call raised for it (two
+pushes between calls on the CPU, or a newer copy that arrived first) raises once, at the next call.
+A push whose buffer is reused before it was read (more than ``slots`` pushes between two calls, or
+ahead of the GPU) is never read, its count neither. A reading that they do return keeps every pushed
+value, the counts too (0.0 there): ``dict(reading.values)`` is what was pushed, and
+:func:`mentor.invalid.check_report` returns the values without the counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import torch
+
+from mentor.invalid import InvalidLabelsError, is_count_key
 
 
 @dataclass(frozen=True, repr=False)
@@ -66,6 +81,12 @@ class _Slot:
     keys: tuple[str, ...] = ()
     step: int = -1
     seq: int = -1
+    counts: tuple[int, ...] = ()  # the positions of the invalid-label counts among keys
+
+
+def _nonzero(keys: tuple[str, ...], values: list[float], counts: tuple[int, ...]) -> dict[str, float]:
+    """The invalid-label counts (at positions ``counts``) that are not 0 (NaN is not 0), by key."""
+    return {keys[i]: values[i] for i in counts if values[i] != 0}
 
 
 def _defers(device: torch.device) -> bool:
@@ -107,6 +128,19 @@ class DeferredReadback:
         >>> readback.push({"loss": torch.tensor(0.5), "seen": torch.tensor(128)}, step=3)
         >>> readback.latest()
         Reading(step=3, values={'loss': 0.5, 'seen': 128.0})
+
+    A report whose invalid-label count is not 0 (``FusedMetrics.compute()``'s values are NaN then) raises
+    when it is read, at every call, until a newer push without invalid labels arrives:
+
+        >>> readback.push({"loss": torch.tensor(float("nan")), "invalid_labels": torch.tensor(2)}, step=4)
+        >>> try:
+        ...     readback.latest()
+        ... except InvalidLabelsError as error:
+        ...     print(error.count, error.step)
+        2 4
+        >>> readback.push({"loss": torch.tensor(0.25), "invalid_labels": torch.tensor(0)}, step=5)
+        >>> readback.wait()
+        Reading(step=5, values={'loss': 0.25, 'invalid_labels': 0.0})
     """
 
     slots: int = 4
@@ -114,6 +148,9 @@ class DeferredReadback:
     _pushes: int = field(default=0, init=False, repr=False)
     _last: Reading | None = field(default=None, init=False, repr=False)
     _last_seq: int = field(default=-1, init=False, repr=False)
+    _invalid: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # of _last, if not 0
+    _told: bool = field(default=False, init=False, repr=False)  # whether _invalid was raised
+    _missed: tuple[int, dict[str, float]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 2:
@@ -133,6 +170,7 @@ class DeferredReadback:
             raise ValueError(f"push's step must be a whole number >= 0, such as the loop's step=i, or None for the "
                              f"number of earlier pushes, not {step!r}{hint}.")
         keys, tensors = self._check(values)
+        counts = tuple(i for i, key in enumerate(keys) if is_count_key(key))
         seq = self._pushes
         self._pushes += 1
         step = seq if step is None else step
@@ -141,35 +179,69 @@ class DeferredReadback:
         flat = (torch.stack([t.detach().reshape(()) for t in tensors]).to(torch.float64) if same else
                 torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors]))
         if not _defers(device):
-            self._last, self._last_seq = Reading(step, dict(zip(keys, flat.tolist()))), seq
+            read = flat.tolist()
+            self._keep(Reading(step, dict(zip(keys, read))), seq, _nonzero(keys, read, counts))
             return
         slot = self._ring[seq % self.slots]
         if slot.buffer is None or slot.buffer.numel() != len(keys):
             slot.buffer = _pinned_buffer(len(keys))
         slot.buffer.copy_(flat, non_blocking=True)
-        slot.event, slot.keys, slot.step, slot.seq = _record_event(), keys, step, seq
+        slot.event, slot.keys, slot.step, slot.seq, slot.counts = _record_event(), keys, step, seq, counts
 
     def latest(self) -> Reading | None:
-        """The newest push whose copy has arrived, or None before the first one arrives. Never waits."""
+        """The newest push whose copy has arrived, or None before the first one arrives. Never waits.
+
+        Raises :class:`~mentor.invalid.InvalidLabelsError` when that push's invalid-label count is not 0."""
         for slot in sorted(self._ring, key=lambda s: s.seq, reverse=True):
             if slot.seq <= self._last_seq:
                 break
             if slot.event is not None and slot.event.query():
                 self._take(slot)
                 break
-        return self._last
+        return self._checked()
 
     def wait(self) -> Reading | None:
-        """The newest push, waiting for its copy: a sync, for the end of training or an explicit report."""
+        """The newest push, waiting for its copy: a sync, for the end of training or an explicit report.
+
+        Raises :class:`~mentor.invalid.InvalidLabelsError` when that push's invalid-label count is not 0."""
         newest = max(self._ring, key=lambda s: s.seq)
         if newest.seq > self._last_seq and newest.event is not None:
             newest.event.synchronize()
             self._take(newest)
-        return self._last
+        return self._checked()
 
     def _take(self, slot: _Slot) -> None:
-        self._last = Reading(slot.step, dict(zip(slot.keys, slot.buffer.tolist())))  # type: ignore[union-attr]
-        self._last_seq = slot.seq
+        """Read ``slot``, the newest arrived push, and the counts of the older arrived pushes it skips."""
+        skipped = []
+        for older in sorted(self._ring, key=lambda s: s.seq):
+            if (self._last_seq < older.seq < slot.seq and older.counts and older.event is not None
+                    and older.event.query()):  # arrived, and never read: only its counts are looked at
+                bad = _nonzero(older.keys, older.buffer.tolist(), older.counts)  # type: ignore[union-attr]
+                if bad:
+                    skipped.append((older.step, bad))
+        values = slot.buffer.tolist()  # type: ignore[union-attr]
+        self._keep(Reading(slot.step, dict(zip(slot.keys, values))), slot.seq, _nonzero(slot.keys, values, slot.counts),
+                   skipped)
+
+    def _keep(self, reading: Reading, seq: int, invalid: dict[str, float],
+              skipped: Sequence[tuple[int, dict[str, float]]] = ()) -> None:
+        """Make ``reading`` the newest; a push with invalid labels that it replaces unannounced is kept to raise."""
+        if self._invalid and not self._told:
+            self._missed = (self._last.step, self._invalid)  # type: ignore[union-attr]
+        for missed in skipped:
+            self._missed = missed
+        self._last, self._last_seq, self._invalid, self._told = reading, seq, invalid, False
+
+    def _checked(self) -> Reading | None:
+        """The newest reading; InvalidLabelsError (a new one at each call) while it holds invalid labels, or once
+        for a push with invalid labels that a newer one replaced before any call could raise for it."""
+        if self._invalid:
+            self._told, self._missed = True, None
+            raise InvalidLabelsError(self._invalid, step=self._last.step)  # type: ignore[union-attr]
+        if self._missed is not None:
+            (step, counts), self._missed = self._missed, None
+            raise InvalidLabelsError(counts, step=step)
+        return self._last
 
     @staticmethod
     def _check(values: Mapping[str, torch.Tensor]) -> tuple[tuple[str, ...], list[torch.Tensor]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,21 +11,23 @@ from torchmetrics import Metric
 
 from mentor import _direct_launch
 from mentor import _fused_kernel as _kernel
+from mentor._static_states import StaticStates, _forward_or_restore
+from mentor import _scores
+from mentor._scores import AVERAGES, SCORES, _divide, scores  # noqa: F401 (re-exported: the suite's score arithmetic)
+from mentor.invalid import COUNT_KEY, nan_if_invalid
 
-AVERAGES = ("micro", "macro", "weighted")
 _MAX_LAUNCHERS = 64
 """Input layouts whose launcher an instance keeps; one more clears them all."""
-SCORES = ("accuracy", "precision", "recall", "f1")
 
 
-class FusedMetrics(Metric):
+class FusedMetrics(StaticStates):
     """Mean loss, and accuracy, precision, recall and F1 of a multiclass classifier, from one update per step.
 
     One :meth:`update` per training step adds the step's loss to a sum and counts the step's
     true positives, false positives and false negatives per class: on CUDA with one Triton kernel
     launch, on the CPU with plain torch operations (one ``scatter_add_`` for the counts). Either way
     no host-device sync, no Python branch on tensor values, no shape that depends on the data.
-    Out-of-range labels are counted on the device and reported by :meth:`compute`.
+    Out-of-range labels are counted on the device and reported by :meth:`compute`, which reads nothing back.
 
     :meth:`compute` returns a dict of 0-dim tensors: ``"loss"`` (the mean of the updates'
     losses) and ``"{score}_{average}"`` for every score in ``accuracy, precision, recall, f1``
@@ -35,21 +37,55 @@ class FusedMetrics(Metric):
     ``average``, ``ignore_index`` and ``zero_division`` on the same data: macro leaves out the
     classes that appear in neither predictions nor targets, weighted weighs by support, and a
     score whose denominator is 0 is ``zero_division``. A NaN loss makes the mean loss NaN (it
-    is not dropped, which would need a sync).
+    is not dropped, which would need a sync). They are equal bit for bit: each macro or weighted average
+    is summed on its own, in the order of torchmetrics' sum (tested on the CPU with two threads and, under
+    the ``gpu`` marker, on CUDA).
+
+    The dict also holds ``"invalid_labels"``, a 0-dim long tensor: the number of predictions and targets
+    outside ``0..num_classes - 1`` (and not ``ignore_index``) since the last reset, 0 when every label was
+    valid. Those labels are left out of the counts, and while the number is not 0 every other value (the
+    loss and every score, per class too) is NaN, chosen on the device with ``torch.where``
+    (:func:`mentor.invalid.nan_if_invalid`). The error comes where the values reach the host:
+    :class:`~mentor.readback.DeferredReadback` (``latest()``, ``wait()``) and :class:`~mentor.lightning.LogEvery`
+    raise :class:`~mentor.invalid.InvalidLabelsError` when such a report arrives, and
+    :func:`mentor.invalid.check_report` does for values read another way.
 
     The states (``tp``, ``fp``, ``fn`` per class; ``loss_sum``, ``loss_count``;
     ``invalid_labels``) all reduce with ``"sum"``, so torchmetrics' own ``sync_on_compute``
-    makes them agree across DDP ranks. Under DDP :meth:`compute` reads the invalid labels of all
-    ranks, so it raises on every rank together, each left with its own states (torchmetrics would
-    leave them synced). A ``forward`` call that raises (an invalid label, a bad input) leaves the
-    states and torchmetrics' flags as they were before it: the batch is not added, and the next
-    ``compute()`` syncs as usual.
+    makes them agree across DDP ranks. Under DDP the count of :meth:`compute` is summed over the
+    ranks with the other states, so an invalid label on any rank makes every rank's values NaN
+    together, and every rank's report carries the same count. A ``forward`` call that raises (a bad
+    input) leaves the states and torchmetrics' flags as they were before it: the batch is not added,
+    and the next ``compute()`` syncs as usual. A ``forward`` with an invalid label does not raise: it
+    adds the batch and returns the batch's values, NaN, with the batch's count.
+
+    With ``top_k`` (an int, or a tuple such as ``(1, 5)``) the dict also holds ``"accuracy_top{k}"`` for each
+    k above 1: the share of counted samples (not ignored, labels in range) whose target is among the k
+    largest logits, equal to torchmetrics' ``MulticlassAccuracy(num_classes, top_k=k, average="micro",
+    ignore_index=...)``. The hits are the state ``top_k_hits`` (one long per k, ascending, ``"sum"`` across
+    ranks); their denominator, the counted samples, is ``tp.sum() + fn.sum()``. Only logits rank classes:
+    class indices with ``top_k`` are refused (torchmetrics fails inside ``torch.topk`` on them).
+
+    How ties rank. torchmetrics 1.9.0 asks ``torch.topk`` for the k indices
+    (``functional/classification/stat_scores.py:366-368``), which promises no order of tied values ("the
+    indices of tied elements are not guaranteed to be stable", torch 2.14 ``torch/_torch_docs.py:11896-11898``).
+    On the CPU it picks them with ``std::partial_sort`` when ``k * 64 <= C``, else ``std::nth_element``
+    (``ATen/native/TopKImpl.h:45-80``), so which tied logits make the cut is up to the C++ library; a NaN
+    ranks above every number there (:52). The CPU path makes the same ``torch.topk`` call as torchmetrics
+    (``mentor._scores.top_k_hits``), so it equals torchmetrics, ties and NaN included. The CUDA kernel
+    decides in its one launch by a rule of its own: the target is among the k largest when fewer than k
+    logits rank above its logit, a logit ranking above it when it is larger, or equal (``-0.0`` equals
+    ``0.0``) at a lower class index; a NaN is larger than every number and ties with another NaN
+    (``mentor._fused_kernel.ranks_above_target``). ``torch.topk`` on CUDA promises no order of ties
+    either, so when tied logits straddle the k-th place the kernel and torchmetrics on CUDA may differ; on
+    untied logits (a single NaN in a row included) they agree.
 
     Args:
         num_classes: number of classes, at least 2.
         ignore_index: a target value whose positions are left out of the counts (padding), or None.
         zero_division: 0 or 1, the score when its denominator is 0 (torchmetrics' argument).
         per_class: also return the per-class scores.
+        top_k: 1 (no top-k values), a k from 1 to ``num_classes`` or a tuple of distinct ks; each k > 1 adds a key.
         ``**kwargs``: torchmetrics ``Metric`` options (``sync_on_compute``, ``process_group``, ...).
 
     Example:
@@ -70,9 +106,10 @@ class FusedMetrics(Metric):
     loss_sum: torch.Tensor
     loss_count: torch.Tensor
     invalid_labels: torch.Tensor
+    top_k_hits: torch.Tensor
 
     def __init__(self, num_classes: int, ignore_index: int | None = None, zero_division: float = 0,
-                 per_class: bool = False, **kwargs: Any) -> None:
+                 per_class: bool = False, top_k: int | tuple[int, ...] = 1, **kwargs: Any) -> None:
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an int of at least 2, got {num_classes!r}.")
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
@@ -82,7 +119,9 @@ class FusedMetrics(Metric):
             raise ValueError(f"zero_division must be 0 or 1 (as in torchmetrics), got {zero_division!r}.")
         if not isinstance(per_class, bool):
             raise ValueError(f"per_class must be True or False, got {per_class!r}.")
+        ks = _scores.top_k_values(top_k, num_classes)  # the ks above 1, ascending; () for top_k=1
         super().__init__(**kwargs)
+        self.top_k = ks
         self.num_classes = num_classes
         self.ignore_index = ignore_index
         self.zero_division = float(zero_division)
@@ -92,116 +131,35 @@ class FusedMetrics(Metric):
         self.add_state("loss_sum", torch.zeros((), dtype=torch.get_default_dtype()), dist_reduce_fx="sum")
         self.add_state("loss_count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("invalid_labels", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        if self.top_k:  # top_k=1 adds no state
+            self.add_state("top_k_hits", torch.zeros(len(self.top_k), dtype=torch.long), dist_reduce_fx="sum")
         self._launchers: dict[tuple[Any, ...], _kernel.Launcher] = {}
         self._replacing_reset = False
         self._mark_static()
 
-    def _mark_static(self) -> None:
-        """Mark the states as static addresses for ``torch.compile`` (``torch._dynamo.mark_static_address``).
-
-        With ``mode="reduce-overhead"``, inductor records a graph that mutates an input as a CUDA graph only when
-        that input is static (a parameter, a buffer, or marked so) or was made by an earlier CUDA graph; for any
-        other mutated input it skips CUDA graphs for the whole graph ("skipping cudagraphs due to mutated
-        inputs", ``check_for_mutation`` in ``torch/_inductor/cudagraph_utils.py``). The update mutates every
-        state, so marking them is what lets it run inside the step's CUDA graph, which then updates them where
-        they are. Unguarded (``guard=False``): a state replaced later (by ``.to()``, a state-dict load or
-        ``forward``) makes the CUDA graph re-record, as that function's docstring says, with no recompile; the
-        new tensor is marked here.
-        """
-        for name in self._defaults:
-            torch._dynamo.mark_static_address(getattr(self, name), guard=False)
-
     def reset(self) -> None:
-        """torchmetrics' reset (the flags, the update count), with each state zeroed in place.
+        """torchmetrics' reset (the flags, the update count), with the states zeroed in place in one operation.
 
         The states keep their memory across updates, ``compute()`` and ``reset()``, so a step compiled with
-        ``mode="reduce-overhead"`` keeps replaying its CUDA graph. Inside ``forward``, whose batch values need
-        fresh states beside the saved ones, the states are replaced, as torchmetrics does.
+        ``mode="reduce-overhead"`` keeps replaying its CUDA graph. torchmetrics' ``reset`` (metric.py:758-773)
+        sets its flags and replaces each state by a clone of its default; here the same flags are set and the
+        states are zeroed by one ``torch._foreach_zero_`` (one kernel on CUDA for all of them). Inside
+        ``forward``, whose batch values need fresh states beside the saved ones, the states are replaced, as
+        torchmetrics does.
         """
         if self._replacing_reset:
             super().reset()
             self._mark_static()
             return
-        kept = {name: getattr(self, name) for name in self._defaults}
-        super().reset()
-        for name, tensor in kept.items():
-            fresh = getattr(self, name)
-            if tensor.shape == fresh.shape and tensor.dtype == fresh.dtype and tensor.device == fresh.device:
-                tensor.zero_()
-                setattr(self, name, tensor)
-            else:
-                torch._dynamo.mark_static_address(fresh, guard=False)
-
-    def _apply(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """torchmetrics' ``_apply`` (``.to()``, ``.cuda()``, ...), then the moved states are marked static and the
-        kernel launchers, made for the old device, dropped."""
-        this = super()._apply(fn, *args, **kwargs)
-        this._launchers = {}
-        this._mark_static()
-        return this
-
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        """torchmetrics' state-dict load, which replaces the states; the new ones are marked static and the
-        launchers dropped (the states may now be on another device)."""
-        super()._load_from_state_dict(*args, **kwargs)
-        self._launchers = {}
-        self._mark_static()
-
-    def sync(self, *args: Any, **kwargs: Any) -> None:
-        """torchmetrics' sync (the states replaced by their sums over ranks), remembering the local state tensors."""
-        held = {name: getattr(self, name) for name in self._defaults}
-        super().sync(*args, **kwargs)
-        if self._is_synced:
-            self._held = held
-
-    def unsync(self, should_unsync: bool = True) -> None:
-        """torchmetrics' unsync, which restores the local values from copies it made at sync (metric.py:617-634),
-        copied back into the tensors the states were before the sync, so that they keep their memory."""
-        held = self.__dict__.pop("_held", None)
-        super().unsync(should_unsync)
-        if held is not None and not self._is_synced:
-            for name, tensor in held.items():
-                restored = getattr(self, name)
-                if restored is not tensor:
-                    tensor.copy_(restored)
-                    setattr(self, name, tensor)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """torchmetrics' pickled state, without the kernel launchers (closures; they are rebuilt on use)."""
-        return {**super().__getstate__(), "_launchers": {}}
-
-    def _wrap_update(self, update: Callable[..., None]) -> Callable[..., None]:
-        """torchmetrics' update wrapper, cut to what this metric needs.
-
-        ``Metric._wrap_update`` (torchmetrics 1.9.0 metric.py:542-564) clears the computed cache, adds 1 to
-        ``self._update_count``, runs the update under ``torch.set_grad_enabled(self._enable_grad)``, rewraps a
-        ``RuntimeError`` about tensors on different devices with a hint to move the metric (:549-558), and moves
-        list states to the CPU when ``compute_on_cpu`` is set. This metric has no list states, its update
-        builds no autograd graph (its inputs are read, never differentiated), and its own input check refuses
-        inputs on another device than the states, with the same hint, before anything runs
-        (:meth:`_checked_update`). So only the first two remain. In eager mode they are written straight into
-        the instance's ``__dict__``, skipping ``Metric.__setattr__`` and ``nn.Module.__setattr__``, which
-        look the name up among constants, parameters, buffers and submodules first.
-        Under ``torch.compile`` the counter is left alone: it is a Python int on a module, which dynamo
-        treats as a constant, guarding on its value and recompiling at every step (``loss_count``, a
-        state, counts the steps instead).
-        """
-
-        @functools.wraps(update)
-        def wrapped(*args: Any, **kwargs: Any) -> None:
-            if torch.compiler.is_compiling():
-                self._computed = None
-            else:
-                attributes = self.__dict__
-                attributes["_computed"] = None
-                attributes["_update_count"] += 1
-            update(*args, **kwargs)
-
-        return wrapped
+        self._reset_in_place()
 
     def _wrap_compute(self, compute: Callable[..., Any]) -> Callable[..., Any]:
-        """torchmetrics' wrapper, which puts the local states back when ``compute`` raises after syncing."""
-        return _unsync_on_error(self, super()._wrap_compute(compute))
+        """torchmetrics' compute wrapper without its squeeze and its copies
+        (:meth:`~mentor._static_states.StaticStates._compute_without_copies`): the warning when no update ran, the
+        cache, the DDP sync and unsync, and the unsync when ``compute`` raises after syncing. :meth:`compute` returns
+        views of tensors it has just made, which no state shares (the count is a copy), so a later update or
+        ``reset()`` cannot alter them, and its values are 0-dim or per class already."""
+        return self._compute_without_copies(compute)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """torchmetrics' ``forward`` (add the batch, return the batch's own values); if it raises, the metric is left
@@ -213,12 +171,6 @@ class FusedMetrics(Metric):
             self._replacing_reset = False
             self._mark_static()
 
-    @property
-    def update_called(self) -> bool:
-        """Whether ``update`` ran since the last reset; after compiled updates only, this reads ``loss_count``
-        back (one sync, at ``compute()``)."""
-        return self._update_count > 0 or bool(self.loss_count > 0)
-
     def update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> None:
         """Add one step: its loss (a 0-dim tensor), its predictions (logits ``(N, C)`` or class indices ``(N,)``)
         and its targets (class indices ``(N,)``).
@@ -226,8 +178,8 @@ class FusedMetrics(Metric):
         On CUDA this is one Triton kernel launch (``mentor._fused_kernel``) by a launcher found in a cache keyed
         by the inputs' shapes, strides, dtypes and devices: only a new layout runs the input checks. After its
         first launch the launcher calls the compiled kernel directly (``mentor._direct_launch``). Under
-        ``torch.compile`` it is the custom operator ``torch.ops.mentor.fused_update``, traced without a graph
-        break. On the CPU, or without Triton, it is :meth:`_plain_update`."""
+        ``torch.compile`` it is the custom operator ``torch.ops.mentor.fused_update`` (``fused_update_top_k``
+        with top-k), traced without a graph break. On the CPU, or without Triton, it is :meth:`_plain_update`."""
         if torch.compiler.is_compiling():
             self._checked_update(loss, preds, target)
             return
@@ -244,12 +196,17 @@ class FusedMetrics(Metric):
                     self._launchers.clear()
                 self._launchers[key] = run
             return
-        run(loss, preds, target, (self.tp, self.fp, self.fn, self.loss_sum, self.loss_count, self.invalid_labels))
+        states = (self.tp, self.fp, self.fn, self.loss_sum, self.loss_count, self.invalid_labels)
+        run(loss, preds, target, (*states, self.top_k_hits) if self.top_k else states)
 
     def _checked_update(self, loss: torch.Tensor, preds: torch.Tensor,
                         target: torch.Tensor) -> _kernel.Launcher | None:
         """Check the inputs, then update by the path their device takes; the launcher used on CUDA, else None."""
         _check_inputs(loss, preds, target, self.num_classes)
+        if self.top_k and preds.ndim == 1:
+            raise ValueError(f"top_k={self.top_k} needs logits of shape ({target.shape[0]}, {self.num_classes}): "
+                             f"class indices of shape {tuple(preds.shape)} do not rank the classes. Pass the "
+                             f"logits, or leave top_k at 1.")
         if target.device != self.tp.device:
             raise ValueError(f"FusedMetrics is on {self.tp.device} and the inputs on {target.device}; "
                              f"move it with .to({str(target.device)!r}) once, after creating it.")
@@ -262,16 +219,27 @@ class FusedMetrics(Metric):
                 self._plain_update(loss, preds, target)
                 return None
             ignore = self.ignore_index is not None
-            torch.ops.mentor.fused_update(loss.detach(), preds.detach(), target, *states, self.num_classes,
-                                          self.ignore_index if ignore else 0, ignore)
+            if self.top_k:
+                torch.ops.mentor.fused_update_top_k(loss.detach(), preds.detach(), target, *states, self.top_k_hits,
+                                                    self.num_classes, self.ignore_index if ignore else 0, ignore,
+                                                    list(self.top_k))
+            else:
+                torch.ops.mentor.fused_update(loss.detach(), preds.detach(), target, *states, self.num_classes,
+                                              self.ignore_index if ignore else 0, ignore)
             return None
-        run = _direct_launch.launcher(preds, target, self.num_classes, self.ignore_index)
+        if self.top_k:
+            run = _direct_launch.launcher(preds, target, self.num_classes, self.ignore_index, top_k=self.top_k)
+            states = (*states, self.top_k_hits)
+        else:
+            run = _direct_launch.launcher(preds, target, self.num_classes, self.ignore_index)
         run(loss, preds, target, states)
         return run
 
     def _plain_update(self, loss: torch.Tensor, preds: torch.Tensor, target: torch.Tensor) -> None:
-        """The update in plain torch operations (the CPU path, and the reference the kernel equals)."""
+        """The update in plain torch operations (the CPU path, and the reference the kernel equals; with top-k,
+        on untied logits)."""
         c = self.num_classes
+        logits = preds
         if preds.ndim == target.ndim + 1:
             preds = preds.argmax(dim=1)
         p, t = preds.reshape(-1).long(), target.reshape(-1).long()
@@ -291,75 +259,52 @@ class FusedMetrics(Metric):
         rows[1:] -= rows[0]  # predictions - tp = fp, support - tp = fn
         torch._foreach_add_([self.tp, self.fp, self.fn], list(rows.unbind()))  # one kernel on CUDA
         self.invalid_labels += invalid.sum()
+        if self.top_k:  # torchmetrics' torch.topk test, per k (_scores.top_k_hits)
+            self.top_k_hits += _scores.top_k_hits(logits.detach(), tc, keep, self.top_k)
         self.loss_sum += loss.detach().to(self.loss_sum.dtype)
         self.loss_count += 1
 
     def compute(self) -> dict[str, torch.Tensor]:
-        """The mean loss and every score (see the class docstring). Reads back one number, the count of invalid
-        labels, and raises ``ValueError`` when it is not 0."""
-        invalid = int(self.invalid_labels)  # one read-back per compute, none per update
-        if invalid:
-            raise ValueError(
-                f"{invalid} prediction(s) or target(s) outside 0..{self.num_classes - 1} reached FusedMetrics "
-                f"since its last reset and were left out of the counts; fix the labels, or pass "
-                f"ignore_index=<the padding label> (now {self.ignore_index}) to skip them.")
-        return {"loss": self.loss_sum / self.loss_count, **scores(self.tp, self.fp, self.fn, self.zero_division,
-                                                                  self.per_class)}
+        """The mean loss, every score and the count of invalid labels (see the class docstring); reads nothing back,
+        also after updates made only under ``torch.compile`` (torchmetrics' compute wrapper asks
+        :attr:`update_called`, which a compiled update sets without a counter that would recompile).
 
+        When the count is not 0, every value (the loss and every score, per class too) is NaN, chosen on the
+        device (:func:`mentor.invalid.nan_if_invalid`); the count is the dict's ``"invalid_labels"``, and the
+        readers (:class:`~mentor.readback.DeferredReadback`, :func:`~mentor.invalid.check_report`) raise
+        :class:`~mentor.invalid.InvalidLabelsError` when such a report arrives.
 
-# What torchmetrics' forward changes on its way and puts back only at its end (torchmetrics 1.9.0 metric.py:364-402,
-# _forward_reduce_state_update: reset() at :374, the batch's flags set at :377-381 and restored at :388-398; the
-# same in _forward_full_state_update, :319-362).
-_FORWARD_FLAGS = ("_update_count", "_computed", "_forward_cache", "_to_sync", "_should_unsync", "_enable_grad",
-                  "compute_on_cpu", "_is_synced", "_cache")
-
-
-def _forward_or_restore(metric: Metric, forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``forward(*args, **kwargs)``; if it raises, the metric's states and forward's flags are put back first.
-
-    torchmetrics' forward resets the metric, updates it with the batch alone and computes the batch's
-    values before it adds the saved states back and restores its flags. An exception on the way (an
-    invalid label found by ``compute``, a bad input refused by ``update``) skips both: the metric would
-    keep only the failed batch, and ``_to_sync`` (``dist_sync_on_step``, False by default) would make the
-    next ``compute()`` skip the gather that the other DDP ranks wait in.
-    """
-    names = list(metric._defaults)
-    current = [getattr(metric, name) for name in names]
-    # the reduce path replaces every tensor state (reset, metric.py:767) before the batch's update, so the
-    # tensors held now stay as they are; the full path (chosen at metric.py:312) updates them in place first
-    # (metric.py:328), and reset() clears list states in place (metric.py:769): those are copied
-    full = metric.full_state_update or metric.full_state_update is None or metric.dist_sync_on_step
-    states = (metric._copy_state_dict() if full or not all(isinstance(s, torch.Tensor) for s in current)
-              else dict(zip(names, current)))
-    flags = {name: getattr(metric, name) for name in _FORWARD_FLAGS}
-    try:
-        return forward(*args, **kwargs)
-    except BaseException:
-        for name, value in {**states, **flags}.items():
-            setattr(metric, name, value)
-        raise
-
-
-def _unsync_on_error(metric: Metric, compute: Callable[..., Any]) -> Callable[..., Any]:
-    """``compute`` (torchmetrics' wrapped compute) that puts the local states back when it raises after syncing.
-
-    torchmetrics' compute syncs in ``sync_context`` and unsyncs after its ``yield`` (metric.py:672-674, entered
-    at :694), which an exception raised by the metric's compute skips: the metric would stay synced, holding
-    the global states, and the next ``compute()`` would fail with "The Metric has already been synced."
-    (``sync``, metric.py:596-597). Here the unsync that a return would have made is made before raising.
-    """
-
-    @functools.wraps(compute)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        synced_before = metric._is_synced
-        try:
-            return compute(*args, **kwargs)
-        except BaseException:
-            if metric._is_synced and not synced_before and metric._should_unsync:
-                metric.unsync()
-            raise
-
-    return wrapped
+        It makes a fixed number of tensor operations whatever ``num_classes`` (46 to 55 that are not views,
+        counted on the CPU by ``tests/test_suite.py``; 186 when each score had operations of its own): the
+        scores of :func:`mentor._scores.score_tables`, joined with the loss, then one NaN pick for all. On CUDA
+        each is at most one kernel; the kernels per report are counted there by a ``gpu`` test. The values are
+        views of new tensors, so a later ``reset()`` leaves them be (:meth:`_wrap_compute`)."""
+        table, per = _scores.score_tables(self.tp, self.fp, self.fn, self.zero_division)
+        loss = self.loss_sum / self.loss_count
+        pieces = [loss.reshape(1), table.reshape(-1)]
+        if self.top_k:
+            pieces.append(_scores.top_k_ratios(self.top_k_hits, self.tp, self.fn))
+        if self.per_class:
+            pieces.append(per.reshape(-1))
+        if loss.dtype != table.dtype:  # a float64 default dtype: the loss alone keeps it, in a value of its own
+            top = _scores.top_k_scores(self.top_k_hits, self.tp, self.fn, self.top_k) if self.top_k else {}
+            return nan_if_invalid({"loss": loss, **_scores.score_views(table, per if self.per_class else None), **top},
+                                  self.invalid_labels.clone())
+        # no read: the device picks NaN or the value for all of them at once (nan_if_invalid, joined here)
+        flat = torch.where(self.invalid_labels > 0, math.nan, torch.cat(pieces))
+        first_per_class = 1 + len(SCORES) * len(AVERAGES) + len(self.top_k)  # the loss, the table, the top-k ratios
+        scalars = flat[:first_per_class].unbind()
+        values = {"loss": scalars[0]}
+        per_class = flat[first_per_class:].view(len(SCORES), -1).unbind() if self.per_class else ()
+        for i, name in enumerate(SCORES):
+            for j, average in enumerate(AVERAGES):
+                values[f"{name}_{average}"] = scalars[1 + 3 * i + j]
+            if per_class:
+                values[f"{name}_per_class"] = per_class[i]
+        for n, k in enumerate(self.top_k):
+            values[f"accuracy_top{k}"] = scalars[1 + len(SCORES) * len(AVERAGES) + n]
+        values[COUNT_KEY] = self.invalid_labels.clone()  # a copy: reset() zeroes the state in place
+        return values
 
 
 def _uses_kernel(target: torch.Tensor) -> bool:
@@ -392,48 +337,3 @@ def _describe(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return f"{type(value).__name__} {value!r}"
-
-
-def scores(tp: torch.Tensor, fp: torch.Tensor, fn: torch.Tensor, zero_division: float = 0.0,
-           per_class: bool = False) -> dict[str, torch.Tensor]:
-    """Accuracy, precision, recall and F1 with micro, macro and weighted averages from per-class counts.
-
-    The arithmetic is torchmetrics' (``_safe_divide`` and ``_adjust_weights_safe_divide`` in
-    ``torchmetrics.utilities.compute``), in float32 as there, on the device and without a sync;
-    accuracy ignores ``zero_division``, as torchmetrics' does.
-
-    Example:
-        >>> s = scores(torch.tensor([1, 1, 0]), torch.tensor([0, 1, 0]), torch.tensor([1, 0, 0]))
-        >>> round(float(s["precision_macro"]), 4), round(float(s["recall_weighted"]), 4)
-        (0.75, 0.6667)
-    """
-    per = {
-        "accuracy": _divide(tp, tp + fn, 0.0),
-        "precision": _divide(tp, tp + fp, zero_division),
-        "recall": _divide(tp, tp + fn, zero_division),
-        "f1": _divide(2 * tp, 2 * tp + fn + fp, zero_division),
-    }
-    tps, fps, fns = tp.sum(), fp.sum(), fn.sum()
-    micro = {
-        "accuracy": _divide(tps, tps + fns, 0.0),
-        "precision": _divide(tps, tps + fps, zero_division),
-        "recall": _divide(tps, tps + fns, zero_division),
-        "f1": _divide(2 * tps, 2 * tps + fns + fps, zero_division),
-    }
-    present = (tp + fp + fn > 0).float()  # macro leaves out classes seen in neither preds nor targets
-    support = tp + fn
-    out = {}
-    for name in SCORES:
-        out[f"{name}_micro"] = micro[name]
-        out[f"{name}_macro"] = _divide(present * per[name], present.sum(), 0.0).sum()
-        out[f"{name}_weighted"] = _divide(support * per[name], support.sum(), 0.0).sum()
-        if per_class:
-            out[f"{name}_per_class"] = per[name]
-    return out
-
-
-def _divide(num: torch.Tensor, denom: torch.Tensor, zero_division: float) -> torch.Tensor:
-    """torchmetrics' ``_safe_divide``: float32 (or the input's float dtype), ``zero_division`` where denom is 0."""
-    num = num if num.is_floating_point() else num.float()
-    denom = denom if denom.is_floating_point() else denom.float()
-    return torch.where(denom != 0, num / denom, torch.full((), zero_division, dtype=num.dtype, device=num.device))

@@ -29,7 +29,7 @@ from torchmetrics.aggregation import BaseAggregator
 from torchmetrics.classification.stat_scores import MulticlassStatScores
 
 from mentor._named import named_subclass
-from mentor.suite import _forward_or_restore, _unsync_on_error
+from mentor._static_states import _forward_or_restore, _unsync_on_error
 
 
 def _derived(prefix: str, base: type, attrs: dict[str, Any], doc: str) -> type:

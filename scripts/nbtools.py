@@ -11,15 +11,19 @@ and a staleness check.
                                                 # (--render: also render a copy and compare every output)
     python scripts/nbtools.py convert NB [--results PATH ...]  # split NB's current stored run: the cells tagged
                                                 # 'measure' and the files they wrote become its measurement
-    python scripts/nbtools.py waive NB --reason "needs two GPUs; none available" [--rename OLD=NEW ...]
-                                                # accept the mentor change since NB's stored run, for a reason
-                                                # (--rename: a module that moved, imported under its new name);
-                                                # of a split notebook, the change of its measuring cells and modules
+    python scripts/nbtools.py waive NB ... --reason "the report no longer reads back" [--details TEXT]
+    python scripts/nbtools.py waive --stale --reason "..."  # every stale run a waiver can accept
+                                                # keep each run, pending a rerun, across the mentor change since
+                                                # it (the page says so at its top, with the reason); of a split
+                                                # notebook, the change of its measuring cells and modules too
+                                                # (--rename OLD=NEW, one notebook: a module that moved)
+    python scripts/nbtools.py pending [--readme]  # list the pending reruns (--readme: write them into README.md)
+    python scripts/nbtools.py plan [NB ...]     # the stale and pending runs packed into GPU calls under 9 minutes
 
 Without NB, every book/*.ipynb is used, sorted; gpu-run executes book/intro.ipynb, then
 book/reproducibility.ipynb, last. The work is done by the modules of scripts/nb/, one per job: book.py (which
 notebooks, in which order), hashes.py, outputs.py, runs.py (executing), gpu.py (the GPU run), render.py,
-convert.py, check.py and waivers.py.
+convert.py, check.py, waivers.py, plan.py and symbols.py (what of mentor a notebook's code can run).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from nb.gpu import gpu_run  # noqa: E402
 from nb.hashes import is_split  # noqa: E402
 from nb.render import render, render_differences  # noqa: E402
 from nb.runs import NotebookFailed, smoke, smoke_each  # noqa: E402
-from nb.waivers import WaiverRefused, waive, waived  # noqa: E402
+from nb.plan import main as plan_main  # noqa: E402
+from nb.waivers import (WaiverRefused, pending_markdown, waive, waive_many, waived,  # noqa: E402
+                        write_readme_pending)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,15 +77,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_argument("--results", action="append", default=[], metavar="PATH",
                      help="a file or folder beside NB that its measuring cells wrote, e.g. results/ch12_sync_cost "
                           "(repeat for each)")
-    text = ("accept the change of the mentor modules NB imports since its stored run, for a reason the "
-            "rendered page shows (a rerun that needs hardware that is not available)")
+    text = ("keep each NB's stored run, pending a rerun, across the change of the mentor code it can run since "
+            "then, for a reason the top of its page shows (a library change whose rerun waits for GPU time, or a run "
+            "that needs hardware that is not available)")
     sub = commands.add_parser("waive", help=text, description=text)
-    sub.add_argument("notebook", type=Path, metavar="NB")
-    sub.add_argument("--reason", required=True, help='e.g. "needs two GPUs; none available"')
+    sub.add_argument("notebooks", nargs="*", type=Path, metavar="NB")
+    sub.add_argument("--stale", action="store_true",
+                     help="every book/*.ipynb whose stored run or measurement is stale (those a waiver cannot "
+                          "accept are named, and the command then fails)")
+    sub.add_argument("--reason", required=True,
+                     help='at most 140 characters, in a reader\'s words: what changed and how it may move the '
+                          'numbers, e.g. "the suite\'s report no longer reads back; these overheads include that read"')
+    sub.add_argument("--details", help="a longer account, shown folded under the reason")
     sub.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
-                     help="a module that moved, e.g. mentor.env=mentor.lab.env: accept code cells that differ from "
-                          "the stored run's only by importing it under its new name (repeat for each module)")
+                     help="(one NB) a module that moved, e.g. mentor.env=mentor.lab.env: accept code cells that differ "
+                          "from the stored run's only by importing it under its new name (repeat for each module)")
+    text = "list the pending reruns: the stored runs kept under a waiver"
+    sub = commands.add_parser("pending", help=text, description=text)
+    sub.add_argument("--readme", action="store_true", help="write the list into README.md's stored-runs section")
+    text = "list the notebooks that need the GPU machine, packed into calls of at most 9 minutes"
+    sub = commands.add_parser("plan", help=text, description=text)
+    sub.add_argument("notebooks", nargs="*", type=Path, metavar="NB", help="default: every book/*.ipynb")
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return plan_main([str(p) for p in args.notebooks])
+    if args.command == "pending":
+        if args.readme:
+            print(f"{write_readme_pending(default_notebooks())}: pending reruns listed")
+        else:
+            print(pending_markdown(default_notebooks()))
+        return 0
     if args.command == "convert":
         try:
             record = convert(args.notebook, args.results)
@@ -96,15 +123,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = [r for r, (_, eq, _) in zip(args.rename, pairs) if not eq]
         if bad:
             parser.error(f"--rename takes OLD=NEW, e.g. mentor.env=mentor.lab.env; got {bad[0]!r}")
+        if args.stale == bool(args.notebooks):
+            parser.error("name the notebooks to waive, or pass --stale for every stale one (not both)")
+        if args.rename and (args.stale or len(args.notebooks) != 1):
+            parser.error("--rename applies to one notebook: name it alone")
+        renames = {old: new for old, _, new in pairs}
         try:
-            waiver = waive(args.notebook, args.reason, {old: new for old, _, new in pairs})
-        except (WaiverRefused, FileNotFoundError) as error:
+            done, refused = waive_many(args.notebooks or None, args.reason, renames=renames, details=args.details)
+        except WaiverRefused as error:  # the reason itself: one message, before any notebook
             print(error, file=sys.stderr)
             return 1
-        renames = ", ".join(f"{old} -> {new}" for old, new in waiver.get("renames", {}).items())
-        print(f"{display_path(args.notebook)}: waived the change of {', '.join('mentor/' + m for m in waiver['modules'])}"
-              + (f"; code cells accepted with the renames {renames}" if renames else ""))
-        return 0
+        for nb_path, waiver in done.items():
+            moved = ", ".join(f"{old} -> {new}" for old, new in waiver.get("renames", {}).items())
+            changed = ", ".join("mentor/" + m for m in waiver["modules"]) or "no module"
+            print(f"{display_path(nb_path)}: pending a rerun; waived the change of {changed}"
+                  + (" and of its measuring cells" if waiver.get("cells_changed") else "")
+                  + (f"; code cells accepted with the renames {moved}" if moved else ""))
+        for message in refused.values():
+            print(message, file=sys.stderr)
+        if args.stale and not done and not refused:
+            print("no stale run: nothing to waive")
+        return 1 if refused else 0
     notebooks = args.notebooks or default_notebooks()
     if args.command == "render" and not args.notebooks:
         notebooks = [p for p in notebooks if is_split(_read(p))]
@@ -147,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ok: {len(notebooks)} notebook(s) match their stored GPU run"
                   + (f" ({split} split: by {'their' if split > 1 else 'its'} measurement"
                      + (", and a fresh render" if args.render else "") + ")" if split else "")
-                  + (f", {len(notes)} of them under a waiver:" if notes else ""))
+                  + (f"; {len(notes)} pending rerun(s), kept under a waiver:" if notes else ""))
             for note in notes:
                 print(f"  {note}")
     except NotebookFailed as error:

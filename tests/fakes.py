@@ -1,7 +1,11 @@
 """Data and stand-ins shared by several test files: five rounds of step times, results and a comparison made of them,
 the run orders compare documents, and a stdout that records flushes."""
 
+import contextlib
 import random
+
+import pytest
+import torch
 
 from mentor.lab.comparison import Comparison
 from mentor.lab.stats import Result
@@ -70,3 +74,15 @@ def two_points() -> dict:
     b = Comparison([Result("none", "", [[5.0], [5.0]]), Result("m", "", [[6.0], [6.0]]),
                     Result("n", "", [[5.0], [5.0]])], "none", 4)
     return {"slow point": a, "fast": b}
+
+
+@contextlib.contextmanager
+def tensor_reads():
+    """A list of the ``Tensor.__bool__`` and ``Tensor.item`` calls made inside the block, by name: each is a read of a
+    tensor's value on the host (a sync on CUDA), counted on any device."""
+    reads = []
+    real_bool, real_item = torch.Tensor.__bool__, torch.Tensor.item
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "__bool__", lambda t: reads.append("bool") or real_bool(t))
+        patch.setattr(torch.Tensor, "item", lambda t: reads.append("item") or real_item(t))
+        yield reads

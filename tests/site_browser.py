@@ -1,8 +1,9 @@
 """Open a built HTML site in headless Chromium and report what a reader would hit.
 
 Used by test_browser.py on the built book, and by its own tests on small hand-made sites. Chromium is
-Debian's ``chromium`` package (``apt-get install chromium``), driven by Playwright from the package
-index (``pip install playwright``; no ``playwright install`` download is needed).
+Debian's ``chromium`` package (``apt-get install chromium``) where it is installed, else Playwright's own
+(``python -m playwright install chromium``, under ~/.cache/ms-playwright); Playwright drives it. ``make test``
+installs one of them when neither is there (``make browser``, which runs this file to ask whether one is).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 DESKTOP = 1280
 PHONE = 390
 INSTALL_HINT = (
-    "the browser test needs Debian's chromium and Playwright: as root `apt-get install -y chromium`, "
-    "and `pip install playwright` (in requirements.txt); or set MENTOR_CHROMIUM to a Chromium binary. "
+    "the browser test needs Chromium and Playwright (`pip install playwright`, in requirements.txt): "
+    "`sudo apt-get install chromium` or `.venv/bin/python -m playwright install chromium` (`make browser` "
+    "runs the one it can); or set MENTOR_CHROMIUM to a Chromium binary. "
     "To skip the browser test on a machine without them, set MENTOR_SKIP_BROWSER=1."
 )
 # The CSS pixels a page may be wider than the viewport before it counts as scrolling sideways.
@@ -34,8 +36,22 @@ GLUE_MARKERS = ("{glue", "glue:figure", "glue:text", "glue:md")
 
 
 def chromium_path() -> str | None:
-    """The Chromium binary to drive: $MENTOR_CHROMIUM, else `chromium` on PATH, else None."""
-    return os.environ.get("MENTOR_CHROMIUM") or shutil.which("chromium")
+    """The Chromium binary to drive: $MENTOR_CHROMIUM, else `chromium` on PATH (Debian's package), else
+    Playwright's own Chromium when it is installed, else None."""
+    return os.environ.get("MENTOR_CHROMIUM") or shutil.which("chromium") or playwright_chromium()
+
+
+def playwright_chromium() -> str | None:
+    """Playwright's own Chromium (``python -m playwright install chromium``: under $PLAYWRIGHT_BROWSERS_PATH, by
+    default ~/.cache/ms-playwright) when it is installed; None when it is not, or Playwright cannot start."""
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            path = playwright.chromium.executable_path
+    except Exception:  # no Playwright, or its driver does not start: no Chromium of its own to drive
+        return None
+    return path if Path(path).is_file() else None
 
 
 def site_pages(root: Path) -> list[str]:
@@ -268,3 +284,10 @@ def broken_links(root: Path, pages: list[str]) -> list[str]:
             if fragment and target.suffix == ".html" and fragment not in anchors(target).ids:
                 broken.append(f"{rel}: {href} (no id {fragment!r} in {target.name})")
     return broken
+
+
+if __name__ == "__main__":
+    # `make browser` asks whether there is a Chromium to drive: prints it, exit status 1 when there is none.
+    found = chromium_path()
+    print(found or "no Chromium: not $MENTOR_CHROMIUM, `chromium` on PATH or Playwright's own")
+    raise SystemExit(0 if found and Path(found).is_file() else 1)

@@ -1,5 +1,7 @@
 """The README's Accelerate loop with the suite, run as printed with a small model: what it logs and when, against
-the suite updated by hand on the same outputs; on CUDA, that its only syncs are the suite's one read per report."""
+the suite updated by hand on the same outputs, and its error when a report with invalid labels arrives (a padding
+label -100 that cross_entropy ignores and the suite, made without ignore_index, counts); on CUDA, that the loop makes
+no sync, its reports included."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 
 from marks import gpu
+from mentor.invalid import InvalidLabelsError
 from mentor.suite import FusedMetrics
 
 NUM_CLASSES = 5
@@ -50,10 +53,10 @@ def inputs(device: str, batches: int = 100):
     return {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "loader": loader}
 
 
-def run(names: dict, monkeypatch) -> list:
-    """Run the snippet on ``names``; what it handed to ``accelerator.log``, as (step, values)."""
+def run(names: dict, monkeypatch, logged: list | None = None) -> list:
+    """Run the snippet on ``names``; what it handed to ``accelerator.log``, as (step, values), in ``logged``."""
     AcceleratorState._reset_state(reset_partial_state=True)
-    logged = []
+    logged = [] if logged is None else logged
     monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, log_kwargs=None: logged.append(
         (step, dict(values))))
     try:
@@ -75,10 +78,22 @@ def test_the_readmes_accelerate_loop_logs_every_50_steps_the_values_of_those_ste
         expected = {name: v.item() for name, v in by_hand.compute().items()}
         assert values.keys() == expected.keys()
         assert values == pytest.approx(expected, rel=1e-6)
+        assert values["invalid_labels"] == 0.0  # the count of a good report is logged with its scores
+
+
+def test_the_readmes_accelerate_loop_raises_when_a_report_with_invalid_labels_arrives(monkeypatch) -> None:
+    names = inputs("cpu")
+    names["loader"][59][1][0] = -100  # step 60: cross_entropy skips it, FusedMetrics(num_classes) counts it
+    logged = []
+    with pytest.raises(InvalidLabelsError) as caught:
+        run(names, monkeypatch, logged)
+    assert (caught.value.count, caught.value.step, caught.value.counts) == (1, 100, {"invalid_labels": 1})
+    assert [step for step, _ in logged] == [50]  # the report of steps 51-100 is never logged
+    assert not [k for _, values in logged for k, v in values.items() if v != v]  # no NaN was logged
 
 
 @gpu
-def test_on_cuda_the_loops_only_syncs_are_the_suites_reads_at_its_two_reports(monkeypatch) -> None:
+def test_on_cuda_the_loop_makes_no_sync_its_two_reports_included(monkeypatch) -> None:
     from mentor.syncs import sync_guard
 
     names = inputs("cuda")  # the batches' copies to the GPU are the reader's loader's, made before the loop
@@ -91,6 +106,7 @@ def test_on_cuda_the_loops_only_syncs_are_the_suites_reads_at_its_two_reports(mo
         return max(line for file, line, _ in site.stack if file == "README.md")
 
     in_loop = [site for site in report.sites if snippet_line(site) >= loop_starts]
-    # before the loop, FusedMetrics(...).to(device) copies its states to the GPU with blocking copies
-    assert [site.where.split(":")[0] for site in in_loop] == ["mentor/suite.py"] * 2, report.table()
-    assert [step for step, _ in logged][:1] == [50]
+    # before the loop, FusedMetrics(...).to(device) copies its states to the GPU with blocking copies; in the loop
+    # compute() reads nothing back and the copy of its values is read once its event has completed
+    assert in_loop == [], report.table()
+    assert [step for step, _ in logged][:1] == [50] and logged[0][1]["invalid_labels"] == 0.0

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="session")
 def browser():
-    """Headless Chromium (Debian's package) through Playwright; fails with the install command when missing."""
+    """Headless Chromium (Debian's package, else Playwright's own) through Playwright; fails with the install
+    commands when there is neither."""
     if os.environ.get("MENTOR_SKIP_BROWSER") == "1":
         pytest.skip("MENTOR_SKIP_BROWSER=1: the browser test is skipped")
     try:
@@ -34,8 +35,8 @@ def browser():
         pytest.fail("Playwright is not installed; " + sb.INSTALL_HINT, pytrace=False)
     path = sb.chromium_path()
     if path is None or not Path(path).is_file():
-        pytest.fail(f"no Chromium binary (looked for $MENTOR_CHROMIUM and `chromium` on PATH); {sb.INSTALL_HINT}",
-                    pytrace=False)
+        pytest.fail("no Chromium binary (looked for $MENTOR_CHROMIUM, `chromium` on PATH and Playwright's own); "
+                    + sb.INSTALL_HINT, pytrace=False)
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
         yield chromium
@@ -296,3 +297,34 @@ def test_visits_list_the_content_figures_with_their_shown_width(browser, tmp_pat
         (visit,) = sb.visit_pages(browser, base, ["page.html"], sb.PHONE, None)
     assert visit.figures == [("_images/f.svg", 171.0)]
     assert sb.svg_text_px((tmp_path / "_images" / "f.svg").read_text(), 171.0) == 4.75
+
+
+def test_a_pending_rerun_is_said_under_the_title_in_four_phone_lines_at_most(browser, site):
+    """At 390 px, each chapter whose stored run waits for a rerun (book/_ext/run_box.py) says so right under its title
+    in at most four lines of text, none under 9 px, with the changed files folded until opened."""
+    import json
+
+    _, base, _ = site
+    waived = [p.stem for p in sorted((REPO / "book").glob("*.ipynb"))
+              if json.loads(p.read_text()).get("metadata", {}).get("mentor", {}).get("waiver")]
+    context = browser.new_context(viewport={"width": sb.PHONE, "height": 844})
+    page = context.new_page()
+    try:
+        for name in waived:
+            page.goto(f"{base}book/{name}.html", wait_until="load")
+            banner = page.locator("div.pending-rerun").first
+            assert banner.count() == 1, f"{name}: no pending-rerun note" + _shot(page, f"{name}-banner.png")
+            text = banner.locator("p").first
+            lines = page.evaluate(
+                "p => { const r = document.createRange(); r.selectNodeContents(p);"
+                " const tops = new Set([...r.getClientRects()].map(b => Math.round(b.top)));"
+                " return [tops.size, parseFloat(getComputedStyle(p).fontSize)]; }", text.element_handle())
+            assert lines[0] <= 4 and lines[1] >= 9, (f"{name}: the note takes {lines[0]} lines at {lines[1]} px"
+                                                     + _shot(page, f"{name}-banner.png"))
+            assert text.inner_text().startswith("Rerun pending.")
+            assert banner.locator("details").first.get_attribute("open") is None  # folded until opened
+            title_box = page.locator("main h1").first.bounding_box()
+            assert title_box["y"] < banner.bounding_box()["y"] < title_box["y"] + title_box["height"] + 60, (
+                f"{name}: the note is not right under the title" + _shot(page, f"{name}-banner.png"))
+    finally:
+        context.close()

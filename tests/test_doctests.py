@@ -13,8 +13,10 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(mentor.__path__, "mentor.
 
 
 def test_every_module_is_listed():
-    library = {"mentor._direct_launch", "mentor._fused_kernel", "mentor._named", "mentor.flat_sync", "mentor.lightning", "mentor.pytest_plugin", "mentor.readback", "mentor.suite",
-               "mentor.sync_free", "mentor.syncs"}
+    library = {"mentor._chrome_trace", "mentor._direct_launch", "mentor._fused_kernel", "mentor._named", "mentor._static_states",
+               "mentor._scores", "mentor._threshold_kernel", "mentor._thresholded", "mentor.binary",
+               "mentor.flat_sync", "mentor.invalid", "mentor.lightning", "mentor.measure", "mentor.multilabel",
+               "mentor.pytest_plugin", "mentor.readback", "mentor.suite", "mentor.sync_free", "mentor.syncs"}
     lab = {p.stem for p in Path(mentor.__file__).parent.joinpath("lab").glob("*.py") if p.stem != "__init__"}
     assert set(MODULES) == library | {f"mentor.lab.{name}" for name in lab}
     assert len(lab) > 15

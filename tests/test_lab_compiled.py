@@ -181,3 +181,28 @@ def test_one_line(message, line):
     from mentor.lab.compiled import _one_line
 
     assert _one_line(message) == line
+
+
+def test_saved_reports_load_back_equal_and_the_file_reads_on_its_own(reports: dict[str, CompileReport],
+                                                                     tmp_path) -> None:
+    """The chapter stores its compile reports as JSON and renders its sentences from the file: every field comes
+    back (the breaks as GraphBreak, the frames as a tuple), the derived counts are in the file for a reader and
+    recomputed on load, and a report whose tracing failed keeps its error."""
+    import json
+
+    from mentor.lab.compiled import load_reports, save_reports
+
+    failed = CompileReport("broken", 0, 0, (), (), error="Unsupported: x")
+    kept = [*reports.values(), failed]
+    path = save_reports(kept, tmp_path / "sub" / "reports.json")
+    assert load_reports(path) == kept
+    stored = json.loads(path.read_text())
+    assert [(s["name"], s["recompiles"], s["recompile_calls"]) for s in stored] == [
+        ("torchmetrics defaults", 0, []), ("optimized", 7, [2, 3, 4, 5, 6, 7, 8]), ("fused suite", 0, []),
+        ("broken", 0, [])]
+    assert stored[0]["breaks"][0].keys() == {"reason", "where"}
+    stored[1]["recompiles"] = 99  # derived: recomputed from frames_after_step, not read
+    path.write_text(json.dumps(stored))
+    assert load_reports(path)[1].recompiles == 7
+    with pytest.raises(FileNotFoundError, match="no compile reports at .*missing.json; write them with save_reports"):
+        load_reports(tmp_path / "missing.json")

@@ -26,6 +26,7 @@ from mentor.lab.ddp import (
     metric_compute,
     placement_compute,
     placement_metric,
+    placements_compute,
     placements_cost,
     rank_and_size,
     single_rank_group,
@@ -75,11 +76,6 @@ def several_gloo_workers(rank, world_size, loader_workers):
 CUDA_ONLY_PLACEMENTS = ("gloo subgroup", "no sync", "default group")  # the failing one last
 
 
-def placements_in_one_group(rank, world_size, repeats):
-    """placement_compute of each of CUDA_ONLY_PLACEMENTS in turn, in the group that launch made."""
-    return [placement_compute(rank, world_size, placement, repeats) for placement in CUDA_ONLY_PLACEMENTS]
-
-
 @pytest.fixture(scope="module")
 def gloo_run():
     """One launch on gloo of several_gloo_workers (through functools.partial, which launch accepts), and the
@@ -91,8 +87,9 @@ def gloo_run():
 
 @pytest.fixture(scope="module")
 def cuda_only_run():
-    """One launch, in a group with a backend for CUDA tensors only (as NCCL is), of placements_in_one_group."""
-    results = launch(placements_in_one_group, 2, 2, backend="cuda:gloo", timeout=120)
+    """One launch, in a group with a backend for CUDA tensors only (as NCCL is), of placements_compute: each of
+    CUDA_ONLY_PLACEMENTS in turn, in the group that launch made."""
+    results = launch(placements_compute, 2, list(CUDA_ONLY_PLACEMENTS), 2, backend="cuda:gloo", timeout=120)
     return results, multiprocessing.active_children()
 
 
@@ -293,6 +290,23 @@ def test_cpu_metric_without_a_cpu_backend_reports_the_error(cuda_only_run):
         {"placement": "default group", "error": "No backend type associated with device type cpu"}] * 2
 
 
+def test_placements_in_one_launch_make_a_row_per_placement(monkeypatch):
+    """fresh=False: one launch of placements_compute for all placements; its per-rank lists become the rows."""
+    calls = []
+
+    def fake_launch(fn, world_size, placements, repeats, backend):
+        calls.append((fn, world_size, placements, repeats, backend))
+        return [WorkerResult(r, value=[{"placement": "no sync", "value": r + 1.0, "compute_ms": 0.5 + r},
+                                       {"placement": "default group", "error": "no backend"}])
+                for r in range(world_size)]
+
+    monkeypatch.setattr("mentor.lab.ddp.launch", fake_launch)
+    rows = placements_cost("cuda:gloo", ["no sync", "default group"], ranks=2, repeats=3, fresh=False)
+    assert calls == [(placements_compute, 2, ["no sync", "default group"], 3, "cuda:gloo")]
+    assert rows == [{"backend": "cuda:gloo", "placement": "no sync", "values": [1.0, 2.0], "compute_ms": 1.5},
+                    {"backend": "cuda:gloo", "placement": "default group", "error": "no backend"}]
+
+
 def test_placements_one_rank_in_process():
     rows = placements_cost("cuda:gloo", ["no sync", "gloo subgroup"], repeats=2)
     assert [r["values"] for r in rows] == [[1.0], [1.0]]
@@ -313,6 +327,7 @@ def test_compute_ms_times_each_compute_after_an_update(monkeypatch):
     (lambda: placement_metric("gloo subgroup"), ValueError, "needs group=torch.distributed.new_group"),
     (lambda: placements_cost("gloo", ["nowhere"]), ValueError, r"unknown placement\(s\) \['nowhere'\]"),
     (lambda: placements_cost("gloo", ["no sync"], ranks=0), ValueError, "ranks must be an int >= 1, got 0"),
+    (lambda: placements_cost("gloo", ["no sync"], fresh=None), TypeError, "fresh must be True or False"),
     (lambda: compute_ms(MeanMetric(), 1.0, repeats=0), ValueError, "repeats must be an int >= 1, got 0"),
 ])
 def test_placement_helpers_reject_bad_input(call, error, message):

@@ -10,6 +10,7 @@ import pytest
 from mentor.lab.comparison import Comparison
 from mentor.lab.figures import (MIN_TEXT_PT, PHONE_WIDTH_IN, as_svg, full_labels, largest_text_pt, phone_figure,
                                 phone_text, smallest_text_pt)
+from mentor.lab.plots import plot_comparison
 from mentor.lab.stats import Result
 
 PHONE_FIGURE_PX = 342.0
@@ -37,7 +38,7 @@ def test_a_comparison_drawn_at_phone_width_has_no_text_under_the_minimum_in_its_
     cmp = comparison()
     fig, axes = phone_figure(2, sharex=True)
     for ax in axes:
-        cmp.plot(ax=ax, kind="throughput")
+        plot_comparison(cmp, ax=ax, kind="throughput")
         ax.set_title("a point", fontsize=20)
     phone_text(fig, 8.5, title=9.0)
     sizes = svg_font_sizes(as_svg(fig).data)
@@ -50,7 +51,7 @@ def test_without_phone_text_the_comparison_keeps_its_wide_figure_sizes() -> None
     """The check above can fail: the same drawing left alone has 12 point labels and matplotlib's 10 point default."""
     cmp = comparison()
     fig, (ax,) = phone_figure()
-    cmp.plot(ax=ax, kind="throughput")
+    plot_comparison(cmp, ax=ax, kind="throughput")
     sizes = set(svg_font_sizes(as_svg(fig).data))
     assert {11.0, 12.0} <= sizes
 
@@ -58,7 +59,7 @@ def test_without_phone_text_the_comparison_keeps_its_wide_figure_sizes() -> None
 def test_full_labels_put_back_whole_names_wrapped() -> None:
     cmp = comparison()
     fig, (ax,) = phone_figure()
-    cmp.plot(ax=ax, kind="throughput")
+    plot_comparison(cmp, ax=ax, kind="throughput")
     names = [r.name for r in cmp.results[1:]]
     assert any("…" in t.get_text() for t in ax.get_yticklabels())  # plot_comparison shortened one
     labels = [t.get_text() for t in full_labels(ax, names).get_yticklabels()]

@@ -10,7 +10,7 @@ import pytest
 from exact import whole
 from fakes import table_comparison, two_rounds, two_points
 from mentor.lab.comparison import Comparison
-from mentor.lab.plots import plot_drift, plot_scalars, plot_sweep, plot_timeline
+from mentor.lab.plots import comparison_figure, plot_comparison, plot_drift, plot_scalars, plot_sweep, plot_timeline
 from mentor.lab.stats import Result
 from mentor.lab.trace import Event, Trace, gpu_step_spans, load_trace, step_windows
 
@@ -31,7 +31,7 @@ def close_figures():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Comparison.plot and .figure (plot_comparison, comparison_figure)
+# a comparison drawn: plot_comparison, comparison_figure
 
 
 
@@ -40,7 +40,7 @@ def close_figures():
 
 def test_plot(close_figures):
     cmp = table_comparison()
-    ax = cmp.plot()
+    ax = plot_comparison(cmp)
     others = [r.name for r in cmp.results[1:]]
     assert tuple(ax.figure.get_size_inches()) == pytest.approx((5.6, 1.5 + 0.5 * 3))
     assert len(ax.patches) == 3  # one bar per non-baseline configuration
@@ -62,12 +62,12 @@ def test_plot(close_figures):
     assert [t.get_text() for t in ax.texts] == ["3 syncs/step, 5 per report", "0.5 syncs/step"]  # only where counted
     assert ax.get_xlabel() == ("overhead of the median step time (%)\n"
                                "vs no metrics; bars: 95 % interval over 5 rounds")
-    ax2 = cmp.plot(kind="throughput")
+    ax2 = plot_comparison(cmp, kind="throughput")
     assert [p.get_width() for p in ax2.patches] == pytest.approx(
         [cmp.overhead(n, "throughput").point for n in others])
     assert ax2.get_xlabel().startswith("overhead of the total time, reports included (%)")
     with pytest.raises(ValueError, match=r"unknown kind 'max': pass one of \['median', 'throughput'\]"):
-        cmp.plot(kind="max")
+        plot_comparison(cmp, kind="max")
 
 
 def test_figure_is_the_throughput_plot_closed_in_pyplot(close_figures):
@@ -75,12 +75,12 @@ def test_figure_is_the_throughput_plot_closed_in_pyplot(close_figures):
 
     cmp = table_comparison()
     before = plt.get_fignums()
-    fig = cmp.figure()
+    fig = comparison_figure(cmp)
     assert plt.get_fignums() == before  # not shown again at the end of a notebook cell
     (ax,) = fig.axes
     assert [p.get_width() for p in ax.patches] == pytest.approx(
         [cmp.overhead(r.name, "throughput").point for r in cmp.results[1:]])
-    assert [p.get_width() for p in cmp.figure("median").axes[0].patches] == pytest.approx(
+    assert [p.get_width() for p in comparison_figure(cmp, "median").axes[0].patches] == pytest.approx(
         [cmp.overhead(r.name).point for r in cmp.results[1:]])
 
 
@@ -101,7 +101,7 @@ def test_plot_colours_bars_by_the_verdict_of_the_kind_shown(close_figures):
         assert [cmp.verdict(n, kind) for n in ("slow", "fast", "mixed")] == [
             "slower", "faster", "no difference resolved"]
         colour = dict(zip(["slow", "fast", "mixed", "report"],
-                          (tuple(p.get_facecolor()) for p in cmp.plot(kind=kind).patches)))
+                          (tuple(p.get_facecolor()) for p in plot_comparison(cmp, kind=kind).patches)))
         assert len({colour["slow"], colour["fast"], colour["mixed"]}) == 3  # three verdicts, three colours
         assert colour["report"] == colour[report_like]
 
@@ -115,16 +115,16 @@ def error_extents(ax):
 
 def test_plot_error_bars_span_the_interval_and_vanish_without_one(close_figures):
     cmp = verdict_comparison()
-    assert error_extents(cmp.plot()) == pytest.approx([10.0, 10.0, -10.0, -10.0, -10.0, 0.0, 0.0, 0.0])
+    assert error_extents(plot_comparison(cmp)) == pytest.approx([10.0, 10.0, -10.0, -10.0, -10.0, 0.0, 0.0, 0.0])
     one = Comparison([Result("a", "", [[10.0]]), Result("b", "", [[12.0]])], "a", 1)
-    ax = one.plot()
+    ax = plot_comparison(one)
     assert error_extents(ax) == pytest.approx([20.0, 20.0])  # no interval: no error bar around +20 %
     assert ax.get_xlabel() == "overhead of the median step time (%)\nvs a; one round: no interval"
 
 
 def test_plot_label_names_the_rounds_and_a_long_baseline(close_figures):
     cmp = Comparison([two_rounds("b" * 23, 10.0, 10.0), two_rounds("c", 11.0, 11.0)], "b" * 23, 1)
-    assert cmp.plot().get_xlabel() == ("overhead of the median step time (%)\nvs " + "b" * 21 + "…; "
+    assert plot_comparison(cmp).get_xlabel() == ("overhead of the median step time (%)\nvs " + "b" * 21 + "…; "
                                        "bars: 95 % interval over 2 rounds")
 
 
@@ -151,7 +151,7 @@ def test_plot_writes_syncs_right_of_each_counted_bar_inside_the_axes(close_figur
         fig = comparison_figure(cmp, kind="median")
         ax = fig.axes[0]
     else:
-        ax = cmp.plot()
+        ax = plot_comparison(cmp)
     ax.figure.canvas.draw()
     up = "3 syncs/step" + (f", {report_syncs:g} per report" if report_syncs else "")  # the longest bar's label
     assert [t.get_text() for t in ax.texts] == [up, "0.5 syncs/step"]  # none for an uncounted one

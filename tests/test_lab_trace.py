@@ -415,7 +415,7 @@ def test_gpu_step_spans_take_launches_in_half_open_windows():
 @pytest.mark.parametrize("fn", [step_windows, sync_events, wait_events, gpu_step_spans, gpu_idle_fraction,
                                 plot_timeline, lambda t: gpu_busy_intervals(t, 0, 1)])
 def test_functions_reject_non_traces(fn):
-    with pytest.raises(TypeError, match=r"expected a mentor.lab.trace.Trace from load_trace\(path\), not str"):
+    with pytest.raises(TypeError, match=r"expected a mentor\.measure\.Trace from load_trace\(path\), not str"):
         fn("naive.json.gz")
 
 

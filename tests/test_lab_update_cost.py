@@ -1,6 +1,7 @@
-"""mentor.lab.update_cost: the measuring logic with fake clocks and fake GPU hooks, and the table; on CUDA
-(``@gpu``, run with `pytest -m gpu`): one kernel timed behind the sleep, a read-back with an idle GPU, and the
-check that the sleep still runs. The updates the book measures are tested in test_lab_updates.py."""
+"""mentor.lab.update_cost, whose update_cost is mentor.measure's (imported under its old name): the measuring logic
+with fake clocks and fake GPU hooks, and the table; on CUDA (``@gpu``, run with `pytest -m gpu`): one kernel timed
+behind the sleep, a read-back with an idle GPU, and the check that the sleep still runs. The updates the book
+measures are tested in test_lab_updates.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import types
 import pytest
 import torch
 
-import mentor.lab.update_cost as uc
+import mentor.measure as measure  # update_cost measures there; the lab imports it under its old name
 import mentor.syncs
 from marks import gpu
 from mentor.lab.update_cost import (
@@ -33,7 +34,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(uc.time, "perf_counter", c)
+    monkeypatch.setattr(measure.time, "perf_counter", c)
     return c
 
 
@@ -43,8 +44,8 @@ def fake_gpu(monkeypatch, syncs: int, ops: tuple[int, int]) -> list:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("synchronize"))
     monkeypatch.setattr(mentor.syncs, "count_syncs",
                         lambda fn: calls.append(("count_syncs", fn)) or types.SimpleNamespace(count=syncs))
-    monkeypatch.setattr(uc, "_gpu_ops", lambda fn, n: calls.append(("gpu_ops", fn, n)) or ops)
-    monkeypatch.setattr(uc, "_sleep_cycles_per_ms", lambda: 1000.0)
+    monkeypatch.setattr(measure, "_gpu_ops", lambda fn, n: calls.append(("gpu_ops", fn, n)) or ops)
+    monkeypatch.setattr(measure, "_sleep_cycles_per_ms", lambda: 1000.0)
     return calls
 
 
@@ -69,7 +70,7 @@ def test_sync_free_update_is_timed_behind_a_sleep_that_outlasts_it(monkeypatch, 
         seen.append((calls, cycles_per_ms, sleep_ms))
         return next(answers)
 
-    monkeypatch.setattr(uc, "_time_behind_sleep", behind)
+    monkeypatch.setattr(measure, "_time_behind_sleep", behind)
     cost = update_cost("suite", lambda: None, repeats=3)
     assert cost.repeats_us == [30.0, 31.0, 29.0] and cost.queue == "full"
     assert (cost.kernels, cost.copies) == (8, 2)
@@ -80,14 +81,14 @@ def test_sync_free_update_is_timed_behind_a_sleep_that_outlasts_it(monkeypatch, 
 def test_calls_per_repeat_keep_the_launch_queue_short(monkeypatch):
     fake_gpu(monkeypatch, syncs=0, ops=(74, 1))
     seen = []
-    monkeypatch.setattr(uc, "_time_behind_sleep", lambda fn, calls, c, ms: seen.append(calls) or 1.0)
+    monkeypatch.setattr(measure, "_time_behind_sleep", lambda fn, calls, c, ms: seen.append(calls) or 1.0)
     update_cost("big", lambda: None, repeats=2)
     assert seen == [2, 2]  # 200 // 75
 
 
 def test_an_update_that_syncs_is_timed_with_an_idle_gpu(monkeypatch, clock):
     calls = fake_gpu(monkeypatch, syncs=2, ops=(4, 1))
-    monkeypatch.setattr(uc, "_time_behind_sleep",
+    monkeypatch.setattr(measure, "_time_behind_sleep",
                         lambda *a: pytest.fail("a syncing update must not wait behind a sleep"))
 
     def fn():
@@ -103,7 +104,7 @@ def test_an_update_that_syncs_is_timed_with_an_idle_gpu(monkeypatch, clock):
 
 def test_a_sleep_that_never_outlasts_the_calls_raises(monkeypatch):
     fake_gpu(monkeypatch, syncs=0, ops=(1, 0))
-    monkeypatch.setattr(uc, "_time_behind_sleep", lambda *a: None)
+    monkeypatch.setattr(measure, "_time_behind_sleep", lambda *a: None)
     with pytest.raises(RuntimeError, match=r"hang: the GPU finished a \d+ ms sleep before 20 calls were queued"):
         update_cost("hang", lambda: None, repeats=1)
 
@@ -147,7 +148,7 @@ def test_defaults_are_three_warmup_calls_and_21_repeats(clock):
 def test_a_sync_free_update_reports_what_was_measured_of_its_own_function(monkeypatch):
     calls = fake_gpu(monkeypatch, syncs=0, ops=(8, 2))
     timed = []
-    monkeypatch.setattr(uc, "_time_behind_sleep", lambda fn, n, c, ms: timed.append(fn) or 1.0)
+    monkeypatch.setattr(measure, "_time_behind_sleep", lambda fn, n, c, ms: timed.append(fn) or 1.0)
 
     def fn():
         return None
@@ -169,7 +170,7 @@ def test_a_sync_free_update_reports_what_was_measured_of_its_own_function(monkey
 def test_calls_per_repeat_are_200_launches_over_kernels_and_copies(monkeypatch, ops, calls):
     fake_gpu(monkeypatch, syncs=0, ops=ops)
     seen = []
-    monkeypatch.setattr(uc, "_time_behind_sleep", lambda fn, n, c, ms: seen.append(n) or 1.0)
+    monkeypatch.setattr(measure, "_time_behind_sleep", lambda fn, n, c, ms: seen.append(n) or 1.0)
     update_cost("u", lambda: None, repeats=1)
     assert seen == [calls]
 
@@ -177,7 +178,7 @@ def test_calls_per_repeat_are_200_launches_over_kernels_and_copies(monkeypatch, 
 def test_a_sleep_that_never_outlasts_the_calls_names_the_last_sleep_tried(monkeypatch):
     fake_gpu(monkeypatch, syncs=0, ops=(1, 0))
     sleeps = []
-    monkeypatch.setattr(uc, "_time_behind_sleep", lambda fn, n, c, ms: sleeps.append(ms))
+    monkeypatch.setattr(measure, "_time_behind_sleep", lambda fn, n, c, ms: sleeps.append(ms))
     with pytest.raises(RuntimeError) as exc:
         update_cost("hang", lambda: None, repeats=1)
     # 5 ms doubled up to 5 * 2**10 = 5120 ms; the next, 10240 ms, is over the 10 s limit and not tried

@@ -136,3 +136,45 @@ def test_the_api_page_documents_every_module_once():
     assert len(documented) == len(set(documented)), f"documented twice: {sorted(documented)}"
     assert sorted(documented) == modules, (f"documented but missing: {set(documented) - set(modules)}; "
                                            f"not documented: {set(modules) - set(documented)}")
+
+
+def _mentor_imports(path: Path, package: Path) -> set[str]:
+    """The mentor modules that the file at ``path`` imports anywhere in it (at its top or inside a function)."""
+    name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".")[: -node.level]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    modules = {".".join(p.relative_to(package.parent).with_suffix("").parts) for p in package.rglob("*.py")}
+    return {m.removesuffix(".__init__") for m in found if m in modules or f"{m}.__init__" in modules} - {name}
+
+
+def test_no_two_modules_of_mentor_import_each_other_even_through_others() -> None:
+    """The import graph of mentor's modules has no cycle, not even through an import inside a function (the one
+    between mentor.lab.comparison and mentor.lab.plots made every chapter that drew a comparison depend on both)."""
+    package = Path(__file__).resolve().parent.parent / "mentor"
+    graph = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"):
+             _mentor_imports(p, package) for p in package.rglob("*.py")}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in path:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif len(path) < 12:
+                visit(nxt, path + [nxt])
+
+    for start in sorted(graph):
+        visit(start, [start])
+    packages = {name for name in graph if (package.parent / name.replace(".", "/") / "__init__.py").exists()}
+    # a package's __init__ runs before its modules: "mentor.lab.x imports mentor.lab" is how Python loads it
+    real = [c for c in cycles if not any(b in packages and a.startswith(b + ".") for a, b in zip(c, c[1:]))]
+    assert graph["mentor.lab.comparison"] >= {"mentor.lab.plots"}  # the graph sees imports inside a function
+    assert real == []

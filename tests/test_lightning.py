@@ -1,6 +1,7 @@
 """mentor.lightning.LogEvery in a real Lightning Trainer on the CPU: what it logs, at which step, with which
-values (against the suite updated by hand on the same batches), and its refusals. The CUDA test checks that the
-callback's batches make no sync."""
+values (against the suite updated by hand on the same batches), its error when a report with invalid labels
+arrives (nothing NaN logged), and its refusals. The CUDA tests check that the callback's batches make no sync,
+the report batches included, and that an invalid report raises there too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from marks import gpu
+from mentor.invalid import InvalidLabelsError
 from mentor.lightning import LogEvery
 from mentor.suite import FusedMetrics
 
@@ -96,6 +98,7 @@ def test_reports_every_n_batches_and_the_rest_at_the_end_with_the_values_of_thos
         assert values.keys() == want.keys()
         for key in want:
             assert values[key] == pytest.approx(want[key], rel=1e-6, abs=1e-9), key
+        assert values["train/invalid_labels"] == 0.0  # a good report's count is logged with its scores
     assert int(module.suite.loss_count) == 0  # reset after the last report
 
 
@@ -146,10 +149,63 @@ def test_bad_arguments_are_named(kwargs, error, match) -> None:
         LogEvery(**({"metric": MeanMetric()} | kwargs))
 
 
+class Mislabeled(Classifier):
+    """Its suite gets one label outside the classes at the batches in ``bad`` (the loss uses the true labels)."""
+
+    def __init__(self, bad: set[int], metric=None) -> None:
+        super().__init__()
+        self.bad, self.metric = bad, metric if metric is not None else self.suite
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        labels = y.clone()
+        if batch_idx in self.bad:
+            labels[0] = NUM_CLASSES + 2
+        self.metric.update(loss.detach(), logits.detach(), labels)
+        return loss
+
+
+def test_a_report_with_invalid_labels_raises_with_its_count_and_step_and_logs_nothing() -> None:
+    module = Mislabeled(bad={3})  # the 4th batch: in the report of global step 4
+    with pytest.raises(InvalidLabelsError) as caught:
+        fit(module, LogEvery(module.suite, every=2), n=6)
+    assert (caught.value.count, caught.value.step, caught.value.counts) == (1, 4, {"invalid_labels": 1})
+    recorder = module.trainer.loggers[0]
+    assert [step for step, _ in recorder.logged] == [2]  # the report before; nothing of step 4, nothing after
+    assert recorder.logged[0][1]["train/invalid_labels"] == 0.0
+    assert not [k for _, values in recorder.logged for k, v in values.items() if v != v]  # no NaN anywhere
+
+
+@pytest.mark.parametrize("prefix, postfix", [("fused/", None), (None, "_val")])
+def test_a_collection_of_two_suites_raises_for_the_one_with_invalid_labels(prefix, postfix) -> None:
+    """MetricCollection names the values of two suites "a_..." and "b_..." (their keys collide), with its prefix or
+    postfix; the count of either counts. Only "b" sees the invalid label."""
+    from torchmetrics import MetricCollection
+
+    class Two(Mislabeled):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)  # updates "b" (self.metric), with the invalid label
+            x, y = batch
+            self.collection["a"].update(loss.detach(), self.model(x).detach(), y)
+            return loss
+
+    collection = MetricCollection({"a": FusedMetrics(NUM_CLASSES), "b": FusedMetrics(NUM_CLASSES, ignore_index=-1)},
+                                  prefix=prefix, postfix=postfix, compute_groups=False)
+    module = Two(bad={1}, metric=collection["b"])
+    module.collection = collection
+    with pytest.raises(InvalidLabelsError) as caught:
+        fit(module, LogEvery(collection, every=2), n=4)
+    key = f"{prefix or ''}b_invalid_labels{postfix or ''}"
+    assert (caught.value.count, caught.value.step, caught.value.counts) == (1, 2, {key: 1})
+    assert module.trainer.loggers[0].logged == []
+
+
 @gpu
-def test_on_cuda_only_the_report_batches_sync_and_only_in_the_suites_compute() -> None:
-    """A batch that does not report makes no sync (strict guard); a report batch syncs once, in FusedMetrics.compute,
-    which reads back its count of invalid labels; the copy of the values waits for nothing."""
+def test_on_cuda_no_batch_syncs_the_report_batches_included() -> None:
+    """A strict guard around every batch's callback: a batch that does not report makes no sync, and neither does a
+    report batch (FusedMetrics.compute reads nothing back; the copy of the values waits for nothing)."""
     from mentor.syncs import sync_guard
 
     module = Classifier().cuda()
@@ -160,20 +216,53 @@ def test_on_cuda_only_the_report_batches_sync_and_only_in_the_suites_compute() -
         loggers = [Recorder()]
 
     trainer = Trainer()
-    report_syncs = []
-    for step, (x, y) in enumerate(batches(6, "cuda"), start=1):
+    data = batches(8, "cuda")
+    module.training_step(data[0], 0)  # the first update allocates and builds the kernel's launcher
+    module.suite.reset()
+    torch.cuda.synchronize()
+    for step, (x, y) in enumerate(data, start=1):
         module.training_step((x, y), step)
         trainer.global_step = step
-        if step % 2:
-            with sync_guard(strict=True):
-                callback.on_train_batch_end(trainer, module, None, (x, y), step)
-        else:
-            with sync_guard() as report:
-                callback.on_train_batch_end(trainer, module, None, (x, y), step)
-            report_syncs.append([site.where.split(":")[0] for site in report.sites])
+        with sync_guard(strict=True):
+            callback.on_train_batch_end(trainer, module, None, (x, y), step)
     callback.on_train_end(trainer, module)
-    assert report_syncs == [["mentor/suite.py"]] * 3
-    assert [s for s, _ in trainer.loggers[0].logged][-1] == 6
+    logged = trainer.loggers[0].logged
+    assert [s for s, _ in logged][-1] == 8
+    want = expected(module.seen[1:], 6, 8)  # seen[0] is the warm-up batch
+    assert logged[-1][1].keys() == want.keys()
+    assert logged[-1][1] == pytest.approx(want, rel=1e-6, abs=1e-9)
+
+
+@gpu
+def test_on_cuda_a_report_with_invalid_labels_raises_when_its_copy_arrives() -> None:
+    from mentor.syncs import sync_guard
+
+    module = Mislabeled(bad={3}).cuda()
+    callback = LogEvery(module.suite, every=2)
+
+    class Trainer:
+        global_step = 0
+        loggers = [Recorder()]
+
+    trainer = Trainer()
+    for step, (x, y) in enumerate(batches(4, "cuda"), start=1):
+        module.training_step((x, y), step - 1)
+        trainer.global_step = step
+        # outside the guard: the GPU has finished the earlier batches, so the copy of step 2 has arrived by the
+        # callback of step 3 and is logged there (without it, steps 2 and 4 could arrive together at step 4,
+        # which would show step 4 and never log step 2)
+        torch.cuda.synchronize()
+        with sync_guard(strict=True):
+            try:
+                callback.on_train_batch_end(trainer, module, None, (x, y), step - 1)
+            except InvalidLabelsError as error:  # only if the copy of step 4 arrived at once
+                assert (error.count, error.step) == (1, 4)
+                break
+    with pytest.raises(InvalidLabelsError) as caught:
+        callback.on_train_end(trainer, module)  # waits for the last copy: step 4's report, NaN
+    assert (caught.value.count, caught.value.step) == (1, 4)
+    assert [s for s, _ in trainer.loggers[0].logged] == [2]
+    assert trainer.loggers[0].logged[0][1]["train/invalid_labels"] == 0.0
 
 
 def test_the_readmes_lightning_snippet_runs_as_printed(tmp_path, monkeypatch) -> None:

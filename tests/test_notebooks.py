@@ -216,7 +216,7 @@ def test_a_run_stored_without_a_scheme_is_checked_as_text(tmp_path: Path) -> Non
     old = {"code_sha256": nb_hashes.code_hash(nb, "raw"), "mentor_sha256": nb_hashes.mentor_hash(),
            "outputs_sha256": nb_hashes.outputs_hash(nb)}
     new = {**old, "hash_scheme": nb_hashes.HASH_SCHEME, "code_sha256": nb_hashes.code_hash(nb)}
-    assert nb_hashes.stored_scheme(old) == "raw" and nb_hashes.stored_scheme(new) == nb_hashes.HASH_SCHEME == "ast-1"
+    assert nb_hashes.stored_scheme(old) == "raw" and nb_hashes.stored_scheme(new) == nb_hashes.HASH_SCHEME == "ast-2"
     for meta in (old, new):
         nb.metadata["mentor"] = meta
         nb.cells[1].source = "print(1)"
@@ -300,9 +300,9 @@ def test_imported_modules_reads_every_way_to_import() -> None:
 
 def test_mentor_sources_follow_imports_through_the_package(layered_mentor: Path) -> None:
     nb = new_notebook(cells=[new_markdown_cell("uses mentor.ddp in prose only"),
-                             new_code_cell("from mentor.bench import plot")])
-    sources = nb_hashes.mentor_sources(nb)
-    assert sorted(sources) == ["__init__.py", "bench.py", "env.py", "trace.py"]
+                             new_code_cell("from mentor.bench import plot\nplot()")])
+    sources = nb_hashes.mentor_sources(nb, scheme="ast-1")
+    assert sorted(sources) == ["__init__.py", "bench.py", "env.py", "trace.py"] == sorted(nb_hashes.mentor_sources(nb))
     assert sources["env.py"] == hashlib.sha256(nb_hashes.module_fingerprint("PROFILE = 'full'\n").encode()).hexdigest()
     assert nb_hashes.mentor_sources(nb, scheme="raw")["env.py"] == hashlib.sha256(b"PROFILE = 'full'\n").hexdigest()
     launched = new_notebook(cells=[new_code_cell("import subprocess, sys\n"
@@ -321,7 +321,7 @@ def recorded_run(path: Path) -> Path:
 
 
 def test_check_follows_only_the_modules_a_notebook_imports(tmp_path: Path, layered_mentor: Path) -> None:
-    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot\nplot()"))
     assert nb_check.stale([path]) == []
     (layered_mentor / "ddp.py").write_text("X = 2\n")  # not imported: the stored run still stands
     (layered_mentor / "readback.py").write_text("")
@@ -333,7 +333,7 @@ def test_check_follows_only_the_modules_a_notebook_imports(tmp_path: Path, layer
 
 
 def test_check_sees_a_new_dependency_and_a_lost_one(tmp_path: Path, layered_mentor: Path) -> None:
-    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot\nplot()"))
     (layered_mentor / "bench.py").write_text("import mentor.ddp\n")  # bench changed: it imports ddp, no longer env or trace
     assert nb_check.stale([path]) == [
         f"{path}: the mentor source it imports changed since its stored GPU run "
@@ -458,7 +458,7 @@ def test_smoke_runs_every_notebook_it_is_given(tmp_path: Path) -> None:
 
 def waived_run(tmp_path: Path, layered_mentor: Path) -> Path:
     """A current run of a notebook that imports mentor.bench, then a change of trace.py, which bench imports."""
-    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot", "print(0.25)"))
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot\nplot()", "print(0.25)"))
     (layered_mentor / "trace.py").write_text("from . import env\nY = 1\n")
     return path
 
@@ -469,20 +469,20 @@ def test_a_waiver_accepts_the_change_it_names(tmp_path: Path, layered_mentor: Pa
     before = nbformat.read(path, as_version=4)
     assert len(nb_check.stale([path])) == 1
     assert nbtools.main(["waive", str(path), "--reason", "needs two GPUs; none available"]) == 0
-    assert capsys.readouterr().out == f"{path}: waived the change of mentor/trace.py\n"
+    assert capsys.readouterr().out == f"{path}: pending a rerun; waived the change of mentor/trace.py\n"
     nb = nbformat.read(path, as_version=4)
     waiver = nb.metadata["mentor"]["waiver"]
     assert waiver["reason"] == "needs two GPUs; none available" and waiver["modules"] == ["trace.py"]
     assert waiver["added"] == [] and waiver["removed"] == []
-    assert waiver["accepts"] == nb_hashes.sources_digest(nb_hashes.mentor_sources(nb))
+    assert waiver["scheme"] == "ast-2" == nb_hashes.HASH_SCHEME
+    assert waiver["accepts"] == nb_hashes.sources_digest(nb_hashes.mentor_sources(nb, scheme="ast-2"))
     assert [c.get("outputs") for c in nb.cells] == [c.get("outputs") for c in before.cells]
     assert nb_check.stale([path]) == []
     assert nbtools.main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [
-        "ok: 1 notebook(s) match their stored GPU run, 1 of them under a waiver:",
-        f"  {path}: The stored run used mentor at {nb.metadata['mentor']['mentor_sha256'][:12]} (the hash of its "
-        "source); since then mentor/trace.py changed. It was not rerun: needs two GPUs; none available."]
+        "ok: 1 notebook(s) match their stored GPU run; 1 pending rerun(s), kept under a waiver:",
+        f"  {path}: Rerun pending: the stored run used an earlier mentor; since then, needs two GPUs; none available."]
 
 
 def test_a_waiver_does_not_accept_another_mentor_change(tmp_path: Path, layered_mentor: Path) -> None:
@@ -526,10 +526,10 @@ def test_a_waiver_left_behind_when_nothing_changed_fails(tmp_path: Path, layered
 
 def test_waive_refuses_what_it_cannot_accept(tmp_path: Path, layered_mentor: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    unchanged = recorded_run(write_notebook(tmp_path / "same.ipynb", "from mentor.bench import plot"))
+    unchanged = recorded_run(write_notebook(tmp_path / "same.ipynb", "from mentor.bench import plot\nplot()"))
     with pytest.raises(nb_waivers.WaiverRefused, match="unchanged since its stored run: there is nothing to waive"):
         nb_waivers.waive(unchanged, "needs two GPUs")
-    never_run = write_notebook(tmp_path / "new.ipynb", "from mentor.bench import plot")
+    never_run = write_notebook(tmp_path / "new.ipynb", "from mentor.bench import plot\nplot()")
     assert nbtools.main(["waive", str(never_run), "--reason", "needs two GPUs"]) == 1
     assert capsys.readouterr().err == (f"{never_run}: no stored GPU run with per-module hashes to waive a change of; "
                                        f"run it first: make gpu-run NB={never_run}\n")
@@ -546,21 +546,25 @@ def test_waive_refuses_what_it_cannot_accept(tmp_path: Path, layered_mentor: Pat
     assert "waiver" not in nbformat.read(path, as_version=4).metadata["mentor"]
 
 
-def test_waiver_text_lists_every_changed_module() -> None:
+def test_the_folded_account_lists_every_changed_module() -> None:
     meta = {"mentor_sha256": "0123456789abcdef", "executed": "2026-12-01T10:10:47+00:00",
             "waiver": {"modules": ["a.py", "b.py", "lab/c.py"], "reason": "rerunning needs two GPUs."}}
-    assert nb_waivers.waiver_text(meta) == (
-        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); since then mentor/a.py, "
-        "mentor/b.py and mentor/lab/c.py changed. It was not rerun: rerunning needs two GPUs.")
-    meta["waiver"].update(added=["lab/c.py"], removed=["a.py"])
-    assert nb_waivers.waiver_text(meta) == (
-        "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); since then mentor/b.py "
-        "changed, mentor/lab/c.py is now imported and mentor/a.py is no longer imported. It was not rerun: rerunning needs two GPUs.")
+    assert nb_waivers.waiver_text(meta) == ("Rerun pending: the stored run of 2026-12-01 used an earlier mentor; since "
+                                            "then, rerunning needs two GPUs.")
+    assert nb_waivers._run_box().changes_text(meta) == [
+        "The stored run used mentor at 0123456789ab (the hash of its source). Since then: mentor/a.py, mentor/b.py and "
+        "mentor/lab/c.py changed."]
+    meta["waiver"].update(added=["lab/c.py"], removed=["a.py"], written="2026-12-06T00:00:00+00:00",
+                          details="The longer account.")
+    assert nb_waivers._run_box().changes_text(meta) == [
+        "The longer account.",
+        "The stored run used mentor at 0123456789ab (the hash of its source). By 2026-12-06, when the rerun was "
+        "deferred: mentor/b.py changed, mentor/lab/c.py is now imported and mentor/a.py is no longer imported."]
     assert nb_waivers.waiver_text({"mentor_sha256": "x"}) is None
 
 
 def test_waive_records_the_modules_that_were_added_and_removed(tmp_path: Path, layered_mentor: Path) -> None:
-    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot"))
+    path = recorded_run(write_notebook(tmp_path / "x.ipynb", "from mentor.bench import plot\nplot()"))
     (layered_mentor / "bench.py").write_text("import mentor.ddp\n")  # no longer env or trace; now ddp
     waiver = nb_waivers.waive(path, "needs two GPUs")
     assert (waiver["modules"], waiver["added"], waiver["removed"]) == (
@@ -729,15 +733,15 @@ def test_a_waiver_with_renames_accepts_code_that_differs_only_by_them(tmp_path: 
         f"mentor/lab/env.py, mentor/lab/worker.py, mentor/worker.py); refresh it with: make gpu-run NB={path}"])
     assert nbtools.main(["waive", str(path), "--reason", "needs two GPUs", *RENAMES]) == 0
     assert capsys.readouterr().out == (
-        f"{path}: waived the change of mentor/env.py, mentor/lab/__init__.py, mentor/lab/env.py, mentor/lab/worker.py, "
+        f"{path}: pending a rerun; waived the change of mentor/env.py, mentor/lab/__init__.py, mentor/lab/env.py, mentor/lab/worker.py, "
         "mentor/worker.py; code cells accepted with the renames mentor.env -> mentor.lab.env, "
         "mentor.worker -> mentor.lab.worker\n")
     meta = nbformat.read(path, as_version=4).metadata["mentor"]
     assert meta["waiver"]["renames"] == {"mentor.env": "mentor.lab.env", "mentor.worker": "mentor.lab.worker"}
     assert nb_check.stale([path]) == []
-    assert nb_waivers.waiver_text(meta).endswith(
+    assert nb_waivers._run_box().changes_text(meta)[-1] == (
         "Its code cells now import mentor.lab.env and mentor.lab.worker where the stored run imported mentor.env and "
-        "mentor.worker; nothing else in them changed. It was not rerun: needs two GPUs.")
+        "mentor.worker; nothing else in them changed.")
 
 
 def test_a_waiver_with_renames_still_refuses_any_other_code_change(tmp_path: Path, layered_mentor: Path) -> None:
@@ -871,8 +875,8 @@ def test_visible_code_fits_the_column(notebook: Path) -> None:
     elif notebook.name in RAW_UNTIL_RERUN:
         assert scheme == "raw", f"{notebook.name} was run again: take it out of RAW_UNTIL_RERUN"
     else:
-        assert scheme == nb_hashes.HASH_SCHEME, (f"{notebook.name}: its stored run hashes code as text; run it again "
-                                               "(make gpu-run) before formatting its cells")
+        assert scheme != "raw", (f"{notebook.name}: its stored run hashes code as text; run it again "
+                                 "(make gpu-run) before formatting its cells")
         too_long += [line for c in format_cells.visible_code(nb) for line in format_cells.long_lines(c.source)]
     assert not too_long, f"{notebook.name}: lines over {format_cells.LINE_LENGTH} columns:\n" + "\n".join(too_long)
 

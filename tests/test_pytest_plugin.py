@@ -12,11 +12,13 @@ reading each folder's outcomes from the ``-rA`` summary and what pytest reported
 (every phase's failure or error text, captured output) from a JUnit XML report. The outer tests that
 check the session's own terminal summary, which counts the watched tests of the whole session, or its
 command line (``-p mentor.pytest_plugin`` beside the installed entry point) read a session of their own
-(ALONE). The four sessions run at the same time.
+(ALONE). The four sessions run at the same time. Two more, whose conftest records what the process imported,
+show what loading the plugin costs a session that never uses it (no torch) and that one that does still works.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -378,6 +380,95 @@ def test_a_cuda_call_without_cuda_fails_with_the_checks_message_and_line(inner: 
             if case.get("classname", "").startswith("cuda_call_without_cuda.")}
     assert torch_error and torch_error not in text["test_synchronize"]
     assert torch_error in text["test_synchronize_allowed"] and "no_syncs check" not in text["test_synchronize_allowed"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What loading the plugin costs: pytest loads it in every session of an environment where mentor is installed
+
+# The conftest of the two sessions below: at the session's very end it writes what the process imported, and
+# whether the plugin was registered and its marker declared (the session ran with the plugin, not without it).
+RECORDER = """
+import json, sys
+from pathlib import Path
+
+def pytest_unconfigure(config):
+    plugin = sys.modules.get("mentor.pytest_plugin")
+    Path(__file__).with_name("imported.json").write_text(json.dumps({
+        "modules": sorted(sys.modules),
+        "registered": plugin is not None and any(p is plugin for p in config.pluginmanager.get_plugins()),
+        "marker": any(line.startswith("no_syncs:") for line in config.getini("markers")),
+    }))
+"""
+
+# Tests that import nothing themselves: whatever torch and mentor the session imports, the plugin imported.
+UNWATCHED = """
+def test_plain():
+    assert sorted([3, 1, 2]) == [1, 2, 3]
+"""
+
+WATCHED = """
+import pytest
+
+@pytest.mark.no_syncs
+def test_clean():
+    assert sorted([3, 1, 2]) == [1, 2, 3]
+
+def test_waits(no_syncs):
+    import torch
+    torch.cuda.synchronize()   # recorded by the check on any machine (without CUDA torch's call then raises)
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin_sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[pytest.RunResult, dict]]:
+    """Two inner sessions, run at the same time, each with the plugin named on the command line: one whose test uses
+    neither the marker nor the fixture, one whose tests use both. Each: (its result, what its process imported)."""
+    runs = {}
+    for name, source in (("unwatched", UNWATCHED), ("watched", WATCHED)):
+        folder = tmp_path_factory.mktemp(name)
+        _write(folder / "conftest.py", RECORDER)
+        _write(folder / "test_x.py", source)
+        runs[name] = (folder, *_start(folder, "-p", "mentor.pytest_plugin"))
+    began, sessions = time.monotonic(), {}
+    for name, (folder, process, out, err) in runs.items():
+        ret = process.wait(timeout=600)
+        result = pytest.RunResult(ret, out.read_text().splitlines(), err.read_text().splitlines(),
+                                  time.monotonic() - began)
+        recorded = folder / "imported.json"
+        assert recorded.is_file(), f"the {name} session wrote no imported.json:\n{result.stdout.str()}\n{result.stderr.str()}"
+        sessions[name] = (result, json.loads(recorded.read_text()))
+    return sessions
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    """The modules of ``modules`` that loading the plugin must not cost: torch, torchmetrics, tqdm, triton, and every
+    mentor module but the package and the plugin."""
+    return [m for m in modules if m.split(".")[0] in ("torch", "torchmetrics", "tqdm", "triton")
+            or (m.startswith("mentor.") and m != "mentor.pytest_plugin")]
+
+
+@pytest.mark.subprocess
+def test_a_session_that_never_uses_the_check_imports_neither_torch_nor_mentors_other_modules(
+        plugin_sessions: dict) -> None:
+    result, imported = plugin_sessions["unwatched"]
+    result.assert_outcomes(passed=1)
+    assert imported["registered"] and imported["marker"], imported  # the plugin was loaded: the check below counts
+    assert "mentor.pytest_plugin" in imported["modules"]
+    assert _heavy(imported["modules"]) == []
+
+
+@pytest.mark.subprocess
+def test_a_session_that_uses_the_check_imports_torch_then_and_still_fails_a_sync(plugin_sessions: dict) -> None:
+    """The same plugin, asked for: the marker and the fixture work, and the check imported torch and mentor.syncs
+    (the tests import nothing at their top), so the recorder above sees what a lazy import leaves behind."""
+    result, imported = plugin_sessions["watched"]
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_x.py::test_waits: 1 synchronizing call under the no_syncs check:",
+        "*1x  *test_x.py:9  in test_waits()  <- *test_x.py:9  [[]torch.cuda.synchronize[]]",
+    ])
+    assert imported["registered"] and imported["marker"], imported
+    assert {"torch", "mentor.syncs"} <= set(_heavy(imported["modules"]))
 
 
 def test_a_watched_test_whose_body_raises_is_counted_in_the_summary() -> None:

@@ -2,8 +2,10 @@
 
 The fakes replace the three CUDA-only pieces (whether a device defers, the pinned buffer, the event),
 so that the ring of buffers, the order of readings and the rule "never read before the event" are
-checked here with exact values. The real GPU path (0 syncs, correct values) is the ``@gpu`` test at the end
-(run with `pytest -m gpu`).
+checked here with exact values, and so is the error raised where a report with invalid labels arrives (never
+before, at every call while it is the newest, once for one that a newer push replaced). The real GPU path (0 syncs,
+correct values, the error of a FusedMetrics report made with no read) is the ``@gpu`` tests at the end (run with
+`pytest -m gpu`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from exact import whole
 from marks import gpu
 from mentor import readback
+from mentor.invalid import InvalidLabelsError
 from mentor.readback import DeferredReadback, Reading
 from mentor.syncs import sync_guard
 
@@ -73,14 +76,19 @@ class FakeGPU:
         return self.buffers[-1]
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGPU:
+def _take_the_cuda_path(mp: pytest.MonkeyPatch) -> FakeGPU:
     """Make CPU tensors take the CUDA path: pushes defer, and buffers and events are fakes."""
     fake = FakeGPU()
-    monkeypatch.setattr(readback, "_defers", lambda device: True)
-    monkeypatch.setattr(readback, "_pinned_buffer", fake.buffer)
-    monkeypatch.setattr(readback, "_record_event", lambda: FakeEvent(fake.events))
+    mp.setattr(readback, "_defers", lambda device: True)
+    mp.setattr(readback, "_pinned_buffer", fake.buffer)
+    mp.setattr(readback, "_record_event", lambda: FakeEvent(fake.events))
     return fake
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGPU:
+    """:func:`_take_the_cuda_path` for one test."""
+    return _take_the_cuda_path(monkeypatch)
 
 
 def test_nothing_is_read_before_its_event_completes(fake_gpu: FakeGPU) -> None:
@@ -168,11 +176,8 @@ def test_the_stacked_copy_is_float64_and_exact_for_large_counts(fake_gpu: FakeGP
 @given(slots=st.integers(2, 5), plan=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=12))
 def test_readings_never_go_back_and_only_come_from_completed_copies(slots: int, plan: list[tuple[bool, bool]]) -> None:
     """Property: whatever completes when, latest() shows a landed copy, never older than the one shown before."""
-    fake = FakeGPU()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(readback, "_defers", lambda device: True)
-        mp.setattr(readback, "_pinned_buffer", fake.buffer)
-        mp.setattr(readback, "_record_event", lambda: FakeEvent(fake.events))
+        fake = _take_the_cuda_path(mp)
         rb = DeferredReadback(slots=slots)
         owner: dict[int, int] = {}  # buffer index -> step of its newest copy
         shown = -1
@@ -300,6 +305,145 @@ def test_a_bad_step_is_refused_by_name(step: object) -> None:
     assert rb.latest() == Reading(1, {"loss": 0.75})
 
 
+# --- invalid labels: a report whose count is not 0 raises where it arrives ---
+
+TAIL = (" and were left out of its counts, so every value of that report is NaN; fix the labels, or pass "
+        "ignore_index=<the padding label> to the metric to skip them.")
+NAN = float("nan")
+
+
+def land_all(fake: FakeGPU) -> None:
+    """The GPU finishes everything enqueued so far."""
+    for event in fake.events:
+        event.done = True
+    for buffer in fake.buffers:
+        buffer.land()
+
+
+def test_an_invalid_report_raises_when_it_arrives_and_at_every_call_until_a_clean_one(fake_gpu: FakeGPU) -> None:
+    rb = DeferredReadback(slots=3)
+    rb.push({"loss": torch.tensor(NAN), "invalid_labels": torch.tensor(2)}, step=10)
+    assert rb.latest() is None  # not arrived: nothing to raise yet, nothing read
+    land_all(fake_gpu)
+    message = whole("2 prediction(s) or target(s) outside its range (0..num_classes-1 for a multiclass metric, 0 or 1 for a binary or multilabel target) reached the metric since its last reset "
+                    "(step 10)" + TAIL)
+    for _ in range(2):
+        with pytest.raises(InvalidLabelsError, match=message) as caught:
+            rb.latest()
+        assert (caught.value.count, caught.value.step, caught.value.counts) == (2, 10, {"invalid_labels": 2})
+    with pytest.raises(InvalidLabelsError, match=message):
+        rb.wait()
+    assert [e.waits for e in fake_gpu.events] == [0] and fake_gpu.buffers[0].reads == 1  # read once, never waited
+    rb.push({"loss": torch.tensor(0.5), "invalid_labels": torch.tensor(0)}, step=11)
+    with pytest.raises(InvalidLabelsError, match=message):
+        rb.latest()  # the clean push is still in flight: the newest arrived is the invalid one
+    land_all(fake_gpu)
+    assert rb.latest() == Reading(11, {"loss": 0.5, "invalid_labels": 0.0})  # the count stays in the values
+    assert rb.wait() == Reading(11, {"loss": 0.5, "invalid_labels": 0.0})
+
+
+def test_prefixed_counts_of_several_metrics_count_and_are_named(fake_gpu: FakeGPU) -> None:
+    rb = DeferredReadback()
+    rb.push({"train/loss": torch.tensor(NAN), "train/invalid_labels": torch.tensor(0),
+             "val/a_invalid_labels_x": torch.tensor(3), "valid_labels": torch.tensor(5)}, step=4)
+    land_all(fake_gpu)
+    with pytest.raises(InvalidLabelsError, match=whole(
+            "3 prediction(s) or target(s) outside its range (0..num_classes-1 for a multiclass metric, 0 or 1 for a binary or multilabel target) reached the metric since its last reset (step 4, "
+            "val/a_invalid_labels_x: 3)" + TAIL)):
+        rb.latest()
+
+
+def test_a_key_that_is_no_count_never_raises(fake_gpu: FakeGPU) -> None:
+    rb = DeferredReadback()
+    rb.push({"valid_labels": torch.tensor(3), "invalid_labelsx": torch.tensor(2), "xinvalid_labels": torch.tensor(1)},
+            step=1)
+    land_all(fake_gpu)
+    assert rb.latest() == Reading(1, {"valid_labels": 3.0, "invalid_labelsx": 2.0, "xinvalid_labels": 1.0})
+
+
+@pytest.mark.parametrize("read", ["latest", "wait"])
+def test_an_invalid_report_skipped_by_a_newer_arrival_raises_once(fake_gpu: FakeGPU, read: str) -> None:
+    """Both copies arrived before the call: the newest is shown, but the older's invalid labels are not lost."""
+    rb = DeferredReadback(slots=4)
+    rb.push({"loss": torch.tensor(0.5), "invalid_labels": torch.tensor(0)}, step=0)
+    rb.push({"loss": torch.tensor(NAN), "invalid_labels": torch.tensor(1)}, step=1)
+    rb.push({"loss": torch.tensor(NAN), "invalid_labels": torch.tensor(4)}, step=2)
+    rb.push({"loss": torch.tensor(0.25), "invalid_labels": torch.tensor(0)}, step=3)
+    land_all(fake_gpu)
+    with pytest.raises(InvalidLabelsError) as caught:
+        getattr(rb, read)()
+    assert (caught.value.step, caught.value.counts) == (2, {"invalid_labels": 4})  # the newest of the skipped ones
+    assert rb.latest() == Reading(3, {"loss": 0.25, "invalid_labels": 0.0})  # once: then the newest
+    assert rb.wait() == Reading(3, {"loss": 0.25, "invalid_labels": 0.0})
+    assert [b.reads for b in fake_gpu.buffers] == [1, 1, 1, 1]  # each arrived push read once, skipped ones too
+
+
+def test_cpu_reports_raise_at_the_call_after_the_push_and_a_replaced_one_once() -> None:
+    rb = DeferredReadback()
+    rb.push({"loss": torch.tensor(NAN), "invalid_labels": torch.tensor(5)}, step=0)  # read at once, no error yet
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.latest()
+    assert (caught.value.count, caught.value.step) == (5, 0)
+    with pytest.raises(InvalidLabelsError):
+        rb.wait()
+    rb.push({"loss": torch.tensor(0.5), "invalid_labels": torch.tensor(0)}, step=1)
+    assert rb.latest() == Reading(1, {"loss": 0.5, "invalid_labels": 0.0})  # told already: no second error
+    # two pushes between calls: the invalid one is replaced before any call could raise for it
+    rb.push({"loss": torch.tensor(NAN), "invalid_labels": torch.tensor(1)}, step=2)
+    rb.push({"loss": torch.tensor(0.75), "invalid_labels": torch.tensor(0)}, step=3)
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.latest()
+    assert (caught.value.count, caught.value.step) == (1, 2)
+    assert rb.latest() == Reading(3, {"loss": 0.75, "invalid_labels": 0.0})
+
+
+def test_a_fused_metrics_report_with_invalid_labels_raises_where_it_is_read() -> None:
+    from mentor.suite import FusedMetrics
+
+    suite, rb = FusedMetrics(3), DeferredReadback()
+    suite.update(torch.tensor(1.0), torch.tensor([0, 1, 4]), torch.tensor([0, 1, -2]))  # 4 and -2: one position
+    rb.push(suite.compute(), step=7)
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.latest()
+    assert (caught.value.count, caught.value.step) == (1, 7)
+    suite.reset()
+    suite.update(torch.tensor(1.0), torch.tensor([0, 1]), torch.tensor([0, 1]))
+    rb.push(suite.compute(), step=8)
+    reading = rb.latest()
+    assert reading.step == 8 and reading.values["invalid_labels"] == 0.0 and reading.values["accuracy_micro"] == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(slots=st.integers(2, 4), plan=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), min_size=1,
+                                              max_size=12))
+def test_no_reading_with_invalid_labels_is_ever_returned(slots: int, plan: list[tuple[bool, bool, bool]]) -> None:
+    """Property: whatever completes when, a returned reading is a clean push's, an error names an invalid push,
+    and while the newest arrived push is invalid every call raises for it."""
+    with pytest.MonkeyPatch.context() as mp:
+        fake = _take_the_cuda_path(mp)
+        rb = DeferredReadback(slots=slots)
+        invalid = set()
+        for step, (bad, complete_now, read_now) in enumerate(plan):
+            if bad:
+                invalid.add(step)
+            rb.push({"v": torch.tensor(float(step)), "invalid_labels": torch.tensor(int(bad))}, step=step)
+            if complete_now:
+                land_all(fake)
+            if read_now:
+                try:
+                    reading = rb.latest()
+                except InvalidLabelsError as error:
+                    assert error.step in invalid and error.counts == {"invalid_labels": 1}
+                else:
+                    if reading is not None:
+                        assert reading.step not in invalid
+                        assert reading.values == {"v": float(reading.step), "invalid_labels": 0.0}
+                if complete_now and bad:  # the newest push arrived and is invalid
+                    with pytest.raises(InvalidLabelsError) as caught:
+                        rb.latest()
+                    assert caught.value.step == step
+
+
 @gpu
 def test_a_cuda_reading_owns_its_values():
     rb = DeferredReadback()
@@ -339,3 +483,55 @@ def test_deferred_readback_costs_no_sync_and_reads_the_right_steps():
     for reading in shown:
         assert reading.values == {"loss": exact[reading.step], "step": float(reading.step)}
     assert [r.step for r in shown] == sorted(r.step for r in shown)
+
+
+@gpu
+def test_on_cuda_an_invalid_report_is_made_and_pushed_without_a_sync_and_raises_when_it_arrives():
+    """FusedMetrics on CUDA: an update with invalid labels, compute, push and reset under a strict guard (no read),
+    then the error where the copy arrives, from wait() and from latest(), with the count and the step; the values
+    themselves are NaN, and a clean report afterwards reads normally, its count 0."""
+    import math
+
+    from mentor.suite import FusedMetrics
+
+    def cuda(*values):
+        return torch.tensor(values, device="cuda")
+
+    good = (torch.tensor(0.5, device="cuda"), cuda(0, 1, 2), cuda(0, 1, 1))
+    bad = (torch.tensor(0.5, device="cuda"), cuda(0, 12, 2), cuda(0, 1, -3))  # pred 12, target -3: 2 invalid
+    suite, rb = FusedMetrics(10).cuda(), DeferredReadback()
+    for step in range(rb.slots):  # warm: the kernel's launcher, every slot's pinned buffer
+        suite.update(*good)
+        rb.push(suite.compute(), step=step)
+        suite.reset()
+    assert rb.wait().values["invalid_labels"] == 0.0
+    with sync_guard(strict=True):
+        suite.update(*bad)
+        values = suite.compute()
+        rb.push(values, step=10)
+        suite.reset()
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.wait()
+    assert (caught.value.count, caught.value.step, caught.value.counts) == (2, 10, {"invalid_labels": 2})
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.latest()
+    assert caught.value.step == 10
+    host = {key: value.item() for key, value in values.items()}
+    assert host["invalid_labels"] == 2 and len(host) == 14
+    assert [key for key, value in host.items() if not math.isnan(value)] == ["invalid_labels"]
+
+    with sync_guard(strict=True):  # latest() alone: it raises at the first call after the copy arrived
+        suite.update(*bad)
+        suite.update(*bad)
+        rb.push(suite.compute(), step=11)
+        suite.reset()
+    torch.cuda.synchronize()
+    with pytest.raises(InvalidLabelsError) as caught:
+        rb.latest()
+    assert (caught.value.count, caught.value.step) == (4, 11)
+
+    suite.update(*good)
+    rb.push(suite.compute(), step=12)
+    reading = rb.wait()
+    assert reading.step == 12 and reading.values["invalid_labels"] == 0.0 and reading.values["accuracy_micro"] == (
+        float(torch.tensor(2 / 3, dtype=torch.float32)))

@@ -108,9 +108,10 @@ def test_a_stale_measurement_fails_until_measured_or_waived(tmp_path: Path) -> N
     waiver = nb_waivers.waive(path, "needs two GPUs")
     assert waiver["cells_changed"] is True and waiver["modules"] == []
     assert messages(path) == []
-    text = nb_waivers.waiver_text(nbformat.read(path, as_version=4).metadata["mentor"])
-    assert text.startswith("The stored measurement used mentor at") and "its measuring cells changed" in text
-    assert text.endswith("It was not measured again: needs two GPUs.")
+    meta = nbformat.read(path, as_version=4).metadata["mentor"]
+    assert nb_waivers.waiver_text(meta) == (f"Rerun pending: the stored measurement of {meta['executed'][:10]} used "
+                                            "an earlier mentor; since then, needs two GPUs.")
+    assert nb_waivers._run_box().changes_text(meta)[0].endswith("its measuring cells changed.")
 
     nb = nbformat.read(path, as_version=4)  # a second change: the waiver accepts the first one only
     nb.cells[1].source = MEASURE.replace("0.25", "0.75")

@@ -1,7 +1,8 @@
-"""mentor.suite.FusedMetrics: equal to torchmetrics for every average (hypothesis), invalid labels, pickling, two
-gloo ranks equal to one process, and no graph break under torch.compile's tracer; on CUDA (``@gpu``, run with
-`pytest -m gpu`): no sync per update, equal to torchmetrics on the GPU, torch.compile (inductor, and CUDA graphs)
-with no graph break and no recompile."""
+"""mentor.suite.FusedMetrics: equal to torchmetrics for every average (hypothesis), invalid labels (NaN values and
+their exact count, no read in compute), pickling, two gloo ranks equal to one process, and no graph break under
+torch.compile's tracer; on CUDA (``@gpu``, run with `pytest -m gpu`): no sync per update, none per report (update,
+compute, DeferredReadback), equal to torchmetrics on the GPU, torch.compile (inductor, and CUDA graphs) with no graph
+break and no recompile."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, M
 from exact import whole
 from marks import gpu
 from mentor.lab.ddp import launch
+from mentor.invalid import InvalidLabelsError, check_report
 from mentor.suite import AVERAGES, SCORES, FusedMetrics, scores
 from mentor.syncs import count_syncs
 from ranks import Attempts, short_gloo_group
@@ -41,6 +43,7 @@ def reference(loss_steps, batches, num_classes, ignore_index, zero_division):
             for preds, target in batches:
                 metric.update(preds, target)
             out[f"{name}_{'per_class' if average == 'none' else average}"] = metric.compute()
+    out["invalid_labels"] = torch.tensor(0)  # every label of these steps is a class or ignore_index
     return out
 
 
@@ -107,17 +110,87 @@ def test_scores_with_zero_division_one_when_nothing_is_predicted():
     assert s["precision_micro"].item() == 1.0 and s["recall_micro"].item() == 0.0
 
 
-def test_out_of_range_labels_are_counted_and_reported_at_compute():
-    suite = FusedMetrics(3, ignore_index=-100)
+def nan_or_value(values) -> dict[str, list]:
+    """compute()'s values as lists, each NaN as the string "nan" (NaN != NaN would make any comparison fail)."""
+    return {key: ["nan" if v != v else v for v in value.reshape(-1).tolist()] for key, value in values.items()}
+
+
+def test_out_of_range_labels_make_every_value_nan_and_are_counted_at_compute():
+    suite = FusedMetrics(3, ignore_index=-100, per_class=True)
     suite.update(torch.tensor(1.0), torch.tensor([0, 5, 1, 2]), torch.tensor([0, 1, -100, 7]))
     suite.update(torch.tensor(1.0), torch.tensor([-1, 1]), torch.tensor([0, 1]))
     assert suite.invalid_labels.item() == 3  # pred 5, target 7, pred -1; the ignored position is not counted
     assert suite.tp.tolist() == [1, 1, 0] and suite.fp.tolist() == [0, 0, 0] and suite.fn.tolist() == [0, 0, 0]
-    with pytest.raises(ValueError, match=r"^3 prediction\(s\) or target\(s\) outside 0\.\.2 reached FusedMetrics"):
-        suite.compute()
+    computed = suite.compute()  # no error here: compute reads nothing back
+    out = {key: value for key, value in computed.items() if key != "invalid_labels"}  # the dict is torchmetrics' cache
+    count = computed["invalid_labels"]
+    assert (count.dtype, count.shape, count.item()) == (torch.long, (), 3)
+    assert nan_or_value(out) == {key: ["nan"] * (3 if key.endswith("per_class") else 1) for key in out}
+    assert len(out) == 1 + 4 * 4  # the loss, and 4 scores with 3 averages and per class: all NaN
+    assert [out[key].dtype for key in ("loss", "f1_macro", "f1_per_class")] == [torch.float32] * 3
+    with pytest.raises(InvalidLabelsError) as caught:  # where the values are read, the error
+        check_report(suite.compute(), num_classes=3)
+    assert (caught.value.count, caught.value.counts) == (3, {"invalid_labels": 3})
+    assert str(caught.value).startswith("3 prediction(s) or target(s) outside 0..2 reached the metric since its last "
+                                        "reset and were left out of its counts, so every value of that report is NaN")
     suite.reset()
     suite.update(torch.tensor(1.0), torch.tensor([0]), torch.tensor([0]))
-    assert suite.compute()["accuracy_micro"].item() == 1.0
+    clean = suite.compute()
+    assert (clean["accuracy_micro"].item(), clean["loss"].item(), clean["invalid_labels"].item()) == (1.0, 1.0, 0)
+    assert check_report(clean).keys() == out.keys()
+
+
+def test_the_count_is_a_copy_that_a_reset_leaves_be():
+    suite = FusedMetrics(3)
+    suite.update(torch.tensor(1.0), torch.tensor([0, 9]), torch.tensor([0, 1]))
+    out = suite.compute()
+    assert out["invalid_labels"] is not suite.invalid_labels
+    suite.reset()
+    assert (out["invalid_labels"].item(), suite.invalid_labels.item()) == (1, 0)
+    assert torch.isnan(out["loss"]) and torch.isnan(out["accuracy_micro"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=steps(), bad=st.lists(st.tuples(st.booleans(), st.sampled_from([-7, -1, 7, 100])), min_size=1,
+                                   max_size=4))
+def test_any_invalid_label_makes_every_value_nan_and_the_count_is_exact(data, bad):
+    """Labels outside 0..C-1 put into the preds (as indices) or targets of a step: the count equals their number
+    (unless the label is ignore_index), and every value is NaN; with none, the values are the clean ones."""
+    num_classes, ignore_index, batches = data
+    suite = FusedMetrics(num_classes, ignore_index=ignore_index, per_class=True)
+    expected = 0
+    for loss, preds, target in batches:
+        preds = preds.argmax(dim=1) if preds.ndim == 2 else preds.clone()
+        target = target.clone()
+        for i, (in_target, label) in enumerate(bad[:len(target)]):
+            label = label + num_classes if label > 0 else label  # 7 -> C + 7: always outside
+            if ignore_index is not None and (target[i] == ignore_index or (in_target and label == ignore_index)):
+                continue  # an ignored position is not counted, whatever its prediction
+            (target if in_target else preds)[i] = label
+            expected += 1
+        suite.update(loss, preds, target)
+    out = dict(suite.compute())
+    assert out.pop("invalid_labels").item() == expected
+    if expected:
+        assert nan_or_value(out) == {key: ["nan"] * out[key].numel() for key in out}
+    else:
+        assert all(not torch.isnan(v).any() for k, v in out.items() if k != "loss")
+
+
+def test_compute_calls_none_of_the_tensor_reads(monkeypatch):
+    """On the CPU no read is a sync, so a sync guard sees nothing; instead every Python-level read of a tensor's
+    value (the old compute's int(count) among them) is made to fail while compute() runs."""
+    suite = FusedMetrics(3, per_class=True)
+    suite.update(torch.tensor(1.0), torch.tensor([0, 5, 1]), torch.tensor([0, 1, 1]))
+
+    def read(*args, **kwargs):
+        raise AssertionError("compute() read a tensor's value")
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, read)
+    out = suite.compute()
+    monkeypatch.undo()
+    assert out["invalid_labels"].item() == 1 and torch.isnan(out["f1_per_class"]).all()
 
 
 def test_a_nan_loss_makes_the_mean_nan():
@@ -224,12 +297,12 @@ def values_of(suite) -> dict[str, list[float]]:
 @pytest.mark.parametrize("kwargs", [{}, {"dist_sync_on_step": True}, {"compute_on_cpu": True}],
                          ids=["reduce path", "full-state path", "compute_on_cpu"])
 @pytest.mark.parametrize("bad, error, message", [
-    (BAD, ValueError, "1 prediction(s) or target(s) outside 0..2 reached FusedMetrics since its last reset and were "
-                      "left out of the counts; fix the labels, or pass ignore_index=<the padding label> (now None) "
-                      "to skip them."),
     ((torch.tensor(1.0), torch.zeros(2, 4), torch.tensor([0, 1])), ValueError,
      "logits must have shape (N, num_classes) = (2, 3), got (2, 4)."),
-], ids=["invalid label", "bad shape"])
+    ((torch.tensor(1.0), torch.tensor([0.0, 1.0]), torch.tensor([0, 1])), ValueError,
+     "preds must be logits of shape (2, 3) or integer class indices of shape (2,), got a torch.float32 tensor of "
+     "shape (2,)."),
+], ids=["bad shape", "float indices"])
 def test_a_forward_that_raises_leaves_the_states_and_flags_as_they_were(kwargs, bad, error, message):
     """torchmetrics' forward resets the metric before it updates and computes the batch alone; it raised there and
     kept only the failed batch, with _to_sync left at dist_sync_on_step (False: the next compute would not sync)."""
@@ -259,60 +332,76 @@ def test_a_forward_that_raises_leaves_the_states_and_flags_as_they_were(kwargs, 
     assert batch_values["loss"].item() == 0.5 and suite._update_count == 3 and suite.loss_sum.item() == 1.25
 
 
-def calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
-    """Worker: (1) rank 0's forward raises for an invalid label, then both ranks compute; (2) rank 0 updates with
-    an invalid label, both ranks compute (both raise), update again and compute, then reset and compute."""
+def test_a_forward_with_an_invalid_label_returns_nan_values_with_its_count_and_adds_the_batch():
+    """forward no longer raises for an invalid label: the batch's values are NaN with the batch's count, the batch
+    is added (its valid positions counted, the invalid one in the count), and the next compute is NaN too."""
+    suite = FusedMetrics(3, per_class=True)
+    for batch in GOOD:
+        suite.update(*batch)
+    batch_values = suite(*BAD)  # preds [0, 7], target [0, 1]: position 0 counted, position 1 invalid
+    assert batch_values["invalid_labels"].item() == 1
+    assert nan_or_value({k: v for k, v in batch_values.items() if k != "invalid_labels"}) == {
+        k: ["nan"] * v.numel() for k, v in batch_values.items() if k != "invalid_labels"}
+    assert (suite.tp.tolist(), suite.fp.tolist(), suite.fn.tolist()) == ([3, 1, 2], [0, 0, 1], [0, 1, 0])
+    assert (suite.invalid_labels.item(), suite.loss_count.item(), suite.loss_sum.item(), suite._update_count) == (
+        1, 3, 1.75, 3)
+    total = suite.compute()
+    assert total["invalid_labels"].item() == 1 and torch.isnan(total["loss"]) and torch.isnan(total["f1_per_class"]).all()
+
+
+def invalid_labels_on_two_ranks(rank: int, world_size: int) -> dict[str, object]:
+    """Worker: (1) rank 0's forward with an invalid label, then both ranks compute; (2) rank 0 updates with an
+    invalid label, both ranks compute, update again and compute, then reset and compute."""
     group = short_gloo_group()  # a gather that the other rank never joins fails after 20 s, not 30 minutes
-    out = attempt = Attempts()  # the errors of the calls that raise, under their keys, beside the other results
+    out = attempt = Attempts()  # an unexpected error is recorded under its key, beside the other results
 
     suite = FusedMetrics(3, per_class=True, process_group=group)
     for batch in GOOD[rank::2]:
         suite.update(*batch)
     if rank == 0:
-        attempt("forward", lambda: suite(*BAD))
+        out["forward"] = attempt("forward raised", lambda: nan_or_value(suite(*BAD)))
     out["flags after forward"] = {k: v for k, v in flags(suite).items() if not isinstance(v, tuple)}
-    out["after forward"] = attempt("compute after forward", lambda: values_of(suite))
+    out["after forward"] = attempt("compute after forward raised", lambda: nan_or_value(suite.compute()))
 
     suite = FusedMetrics(3, per_class=True, process_group=group)
     suite.update(*GOOD[rank])
     if rank == 0:
         suite.update(*BAD)
     local = {name: getattr(suite, name).clone() for name in suite._defaults}
-    attempt("compute", suite.compute)
-    out["synced after the error"] = suite._is_synced
+    out["compute"] = attempt("compute raised", lambda: nan_or_value(suite.compute()))
+    out["synced after"] = suite._is_synced
     out["local states kept"] = all(torch.equal(getattr(suite, n), t) for n, t in local.items())
     suite.update(*GOOD[rank])
-    attempt("next compute", suite.compute)
+    out["next compute"] = attempt("next compute raised", lambda: nan_or_value(suite.compute()))
     suite.reset()
     suite.update(*GOOD[rank])
-    out["after reset"] = attempt("compute after reset", lambda: values_of(suite))
+    out["after reset"] = attempt("compute after reset raised", lambda: nan_or_value(suite.compute()))
     return out
 
 
-def test_on_two_gloo_ranks_calls_that_raise_leave_the_ranks_in_step():
-    """(1) After rank 0's failed forward, both ranks' compute() gathers: the global values of the good batches, on
-    both. (2) compute() syncs before it reads the invalid-label count, so the count is global and both ranks raise
-    (neither waits for the other); each is then unsynced with its own states, so the next compute() syncs again and
-    raises the same error (torchmetrics left them synced: "already been synced"); after reset() it computes."""
+def test_on_two_gloo_ranks_an_invalid_label_on_one_makes_both_ranks_values_nan_together():
+    """compute() sums the invalid-label count over the ranks with the other states, so rank 1, which saw none,
+    reports the same count and NaN values as rank 0; each rank then holds its own states again (unsynced), and
+    after reset() both compute the global values of the good batches, with a count of 0."""
     single = FusedMetrics(3, per_class=True)
     for batch in GOOD:
         single.update(*batch)
-    want = values_of(single)
-    invalid = ("ValueError: 1 prediction(s) or target(s) outside 0..2 reached FusedMetrics since its last reset and "
-               "were left out of the counts; fix the labels, or pass ignore_index=<the padding label> (now None) to "
-               "skip them.")
-    results = launch(calls_that_raise_on_two_ranks, 2, backend="gloo", timeout=120)
+    want = nan_or_value(single.compute())
+    assert want["invalid_labels"] == [0] and "nan" not in str(want)
+    nan = {key: ["nan"] * len(value) for key, value in want.items()}
+    one = {**nan, "invalid_labels": [1]}
+    results = launch(invalid_labels_on_two_ranks, 2, backend="gloo", timeout=120)
     assert [r.error for r in results] == [None, None]
     for r in results:
         got = r.value
-        assert got.get("forward") == (invalid if r.rank == 0 else None), r.rank
-        assert got["flags after forward"] == {"_update_count": 1, "_to_sync": True, "_should_unsync": True,
+        assert not [k for k in got if k.endswith("raised")], (r.rank, got)
+        # rank 0's forward: its batch alone, not synced (dist_sync_on_step=False), NaN with the batch's count
+        assert got.get("forward") == (one if r.rank == 0 else None), r.rank
+        assert got["flags after forward"] == {"_update_count": 2 - r.rank, "_to_sync": True, "_should_unsync": True,
                                               "_enable_grad": False, "compute_on_cpu": False, "_is_synced": False}
-        assert "compute after forward" not in got, (r.rank, got.get("compute after forward"))
-        assert got["after forward"] == want, r.rank
-        assert (got["compute"], got["synced after the error"], got["local states kept"]) == (invalid, False, True)
-        assert got["next compute"] == invalid, r.rank
-        assert "compute after reset" not in got, (r.rank, got.get("compute after reset"))
+        assert got["after forward"] == one, r.rank  # rank 0's forward added the batch; the count is global
+        assert (got["compute"], got["synced after"], got["local states kept"]) == (one, False, True), r.rank
+        assert got["next compute"] == one, r.rank
         assert got["after reset"] == want, r.rank
 
 
@@ -368,6 +457,7 @@ def test_bad_inputs_are_refused_before_counting(loss, preds, target, message):
 
 
 def test_compiled_updates_compile_once_and_compute_counts_them():
+    from fakes import tensor_reads
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -379,9 +469,15 @@ def test_compiled_updates_compile_once_and_compute_counts_them():
         compiled(torch.tensor(float(i)), torch.randn(8, 4), torch.randint(0, 4, (8,)))
     assert counters["stats"]["unique_graphs"] == 1  # no recompile per step (torchmetrics' int counter is skipped)
     assert suite._update_count == 0 and suite.loss_count.item() == 5
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tensor_reads() as reads:
         warnings.simplefilter("error")  # no "compute called before update" warning
-        assert suite.compute()["loss"].item() == 2.0
+        values = suite.compute()
+    assert reads == []  # compute() read nothing back (on CUDA each read is a sync): update_called asks a flag
+    assert values["loss"].item() == 2.0
+    suite.reset()
+    assert not suite.update_called  # the flag goes with reset
+    compiled(torch.tensor(1.0), torch.randn(8, 4), torch.randint(0, 4, (8,)))
+    assert suite.update_called and counters["stats"]["unique_graphs"] == 1
 
 
 def test_compute_before_any_update_warns_as_torchmetrics_does():
@@ -507,5 +603,221 @@ def test_the_suite_config_makes_no_sync_per_step_and_one_read_per_report(precisi
     batches = device_batches(4, image_size=32, num_classes=10, device="cuda")
     cmp = compare([Config("none"), suite_config(10, "cuda")], setup, batches, steps=3, warmup=1, rounds=2,
                   report_every=2, sync_steps=4, progress=False)
-    # per report: the invalid-label count and the single stacked copy of every value
-    assert (cmp["fused suite"].syncs_per_step, cmp["fused suite"].report_syncs) == (0.0, 2)
+    # per report: the single stacked copy of every value (compute() itself reads nothing back)
+    assert (cmp["fused suite"].syncs_per_step, cmp["fused suite"].report_syncs) == (0.0, 1)
+
+
+def _report_values(values, per_class):
+    """compute()'s values as one-element tensors for DeferredReadback.push: per-class ones as "key/i" (views)."""
+    out = {}
+    for key, value in values.items():
+        if per_class and key.endswith("per_class"):
+            out.update({f"{key}/{i}": v for i, v in enumerate(value.unbind())})
+        else:
+            out[key] = value
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("route", ["suite", "per class", "collection"])
+def test_update_compute_push_and_latest_make_no_sync_over_many_steps(route):
+    """A strict sync_guard around 30 steps of update, a report every 3 (compute, push, reset) and latest() at every
+    step: nothing waits. The first report of the route runs before the guard (the pinned buffers are allocated,
+    MetricCollection's compute groups compared), then every arrived reading equals a CPU suite fed the same
+    batches, its count 0."""
+    from torchmetrics import MetricCollection
+
+    from mentor.readback import DeferredReadback
+    from mentor.syncs import sync_guard
+
+    per_class = route == "per class"
+    classes = 50
+
+    def make(device):
+        if route == "collection":
+            return MetricCollection({"a": FusedMetrics(classes, ignore_index=-100),
+                                     "b": FusedMetrics(classes, ignore_index=-100)}, prefix="train/").to(device)
+        return FusedMetrics(classes, ignore_index=-100, per_class=per_class).to(device)
+
+    metric, readback = make("cuda"), DeferredReadback()
+    batches = [_cuda_batch(n=64, classes=classes, seed=s, ignore_index=-100) for s in range(30)]
+    for step in range(readback.slots):  # warm: every slot's pinned buffer, the collection's compute groups
+        metric.update(*batches[step])
+        readback.push(_report_values(metric.compute(), per_class), step=step)
+        metric.reset()
+    torch.cuda.synchronize()
+    readback = DeferredReadback()
+    shown = []
+    with sync_guard(strict=True):
+        for step, batch in enumerate(batches):
+            metric.update(*batch)
+            if step % 3 == 2:
+                readback.push(_report_values(metric.compute(), per_class), step=step)
+                metric.reset()
+            reading = readback.latest()
+            if reading is not None and (not shown or shown[-1] is not reading):
+                shown.append(reading)
+    final = readback.wait()
+    assert final.step == 29
+    for reading in [*shown, final]:
+        reference = make("cpu")
+        for loss, logits, target in batches[reading.step - 2:reading.step + 1]:
+            reference.update(loss.cpu(), logits.cpu(), target.cpu())
+        want = {k: float(v) for k, v in _report_values(reference.compute(), per_class).items()}
+        assert reading.values.keys() == want.keys()
+        assert [k for k in want if k.endswith("invalid_labels")] == (
+            ["train/a_invalid_labels", "train/b_invalid_labels"] if route == "collection" else ["invalid_labels"])
+        assert all(reading.values[k] == 0.0 for k in want if k.endswith("invalid_labels"))
+        assert reading.values == pytest.approx(want, rel=1e-6, abs=0), reading.step
+    assert len(want) == (1 + 12 + 4 * classes + 1 if per_class else 2 * 14 if route == "collection" else 14)
+
+
+# --- the report in a fixed number of operations (issue 43: a report launched about 165 kernels) ---
+
+_VIEWS = {"aten.select.int", "aten.slice.Tensor", "aten.view.default", "aten.unsqueeze.default", "aten.expand.default",
+          "aten.unbind.int", "aten.reshape.default", "aten.squeeze.default", "aten.alias.default"}
+
+
+def _operations(fn):
+    """The aten operations ``fn()`` dispatches that are not views (on CUDA, each a kernel or an allocation)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if str(func) not in _VIEWS:
+                seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        fn()
+    return seen
+
+
+@pytest.mark.parametrize("kwargs, expected", [({}, 46), ({"per_class": True}, 48), ({"top_k": (1, 5)}, 55),
+                                              ({"zero_division": 1}, 50)])
+def test_compute_makes_as_many_operations_with_5_classes_as_with_1000(kwargs, expected):
+    counts = []
+    for num_classes in (5, 1000):
+        suite = FusedMetrics(num_classes, **kwargs)
+        suite.update(torch.tensor(0.5), torch.randn(8, num_classes), torch.randint(0, num_classes, (8,)))
+        counts.append(len(_operations(suite.compute)))
+    assert counts == [expected, expected]  # one operation per score and average made 186; one sum per average 46
+
+
+@pytest.mark.parametrize("num_classes", [37, 40000])
+def test_averages_equal_torchmetrics_bit_for_bit_on_two_cpu_threads(num_classes):
+    """Above 32768 values a CPU sum splits among threads; each average is summed on its own, as torchmetrics'."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        suite = FusedMetrics(num_classes)
+        reference = {(name, average): cls(num_classes, average=average)
+                     for name, cls in (("precision", MulticlassPrecision), ("f1", MulticlassF1Score))
+                     for average in ("macro", "weighted")}
+        gen = torch.Generator().manual_seed(num_classes)
+        logits = torch.randn(4096, num_classes, generator=gen)
+        target = torch.randint(0, num_classes, (4096,), generator=gen)
+        suite.update(torch.tensor(1.0), logits, target)
+        for metric in reference.values():
+            metric.update(logits, target)
+        got = suite.compute()
+        for (name, average), metric in reference.items():
+            assert torch.equal(got[f"{name}_{average}"], metric.compute()), (name, average)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_reset_zeroes_every_state_in_one_operation_and_keeps_its_memory():
+    suite = FusedMetrics(4, top_k=2)
+    suite.update(torch.tensor(0.5), torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 9, 1]))
+    before = {name: getattr(suite, name) for name in suite._defaults}
+    assert _operations(suite.reset) == ["aten._foreach_zero_.default"]
+    for name, tensor in before.items():
+        assert getattr(suite, name) is tensor and not tensor.any(), name
+    assert not suite.update_called and suite._computed is None
+
+
+def test_values_of_a_compute_stay_as_they_were_after_reset_and_later_updates():
+    suite = FusedMetrics(3, per_class=True, top_k=2)
+    suite.update(torch.tensor(2.0), torch.tensor([[3.0, 1, 0], [0, 3, 1], [1, 0, 3]]), torch.tensor([0, 2, 7]))
+    got = suite.compute()
+    kept = {key: value.clone() for key, value in got.items()}
+    assert int(got["invalid_labels"]) == 1 and torch.isnan(got["accuracy_micro"])
+    suite.reset()
+    suite.update(torch.tensor(1.0), torch.tensor([[3.0, 0, 0], [0, 3, 0]]), torch.tensor([0, 1]))
+    for key, value in kept.items():
+        assert torch.equal(got[key], value) or (torch.isnan(got[key]).all() and torch.isnan(value).all()), key
+    assert int(suite.compute()["invalid_labels"]) == 0
+
+
+def test_compute_keeps_torchmetrics_warning_and_cache():
+    suite = FusedMetrics(3)
+    with pytest.warns(UserWarning, match="called before the ``update`` method"):
+        suite.compute()
+    suite.reset()
+    suite.update(torch.tensor(1.0), torch.tensor([0, 1]), torch.tensor([0, 2]))
+    first = suite.compute()
+    assert suite.compute() is first  # cached until the next update
+    suite.update(torch.tensor(1.0), torch.tensor([2]), torch.tensor([2]))
+    assert suite.compute() is not first
+    assert suite.compute()["accuracy_micro"].item() == torch.tensor(2 / 3).item()
+
+
+def test_a_float64_default_dtype_keeps_the_loss_in_float64_and_the_scores_equal():
+    batches = [(torch.tensor(0.25), torch.tensor([0, 1, 1]), torch.tensor([0, 1, 2])),
+               (torch.tensor(0.5), torch.tensor([2, 2]), torch.tensor([2, 0]))]
+    want = FusedMetrics(3, per_class=True)
+    for b in batches:
+        want.update(*b)
+    want = want.compute()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        suite = FusedMetrics(3, per_class=True)
+        for loss, preds, target in batches:
+            suite.update(loss.double(), preds, target)
+        got = suite.compute()
+    finally:
+        torch.set_default_dtype(previous)
+    assert list(got) == list(want)
+    assert got["loss"].dtype == torch.float64 and float(got["loss"]) == 0.375
+    for key in want:
+        if key != "loss":
+            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+
+
+@gpu
+@pytest.mark.parametrize("num_classes", [3, 37, 1000, 32000])
+def test_compute_on_the_gpu_equals_torchmetrics_bit_for_bit_and_launches_at_most_60_kernels(num_classes):
+    """Every score equals torchmetrics' bit for bit. One sum of a (2, 4, C) table of the averages' terms would not:
+    CUDA sizes a reduction's block by its number of outputs (``setReduceConfig`` in ATen's
+    ``native/cuda/Reduce.cuh``), so each average is summed on its own, from a row aligned as a new tensor."""
+    from mentor.measure import update_cost
+
+    suite = FusedMetrics(num_classes, per_class=True).cuda()
+    reference = {(cls.__name__, average): cls(num_classes, average=average).cuda()
+                 for cls in (MulticlassAccuracy, MulticlassPrecision, MulticlassRecall, MulticlassF1Score)
+                 for average in ("micro", "macro", "weighted", "none")}
+    gen = torch.Generator(device="cuda").manual_seed(num_classes)
+    for _ in range(3):
+        logits = torch.randn(256, num_classes, device="cuda", generator=gen)
+        target = torch.randint(0, max(num_classes // 2, 2), (256,), device="cuda", generator=gen)
+        suite.update(torch.tensor(1.0, device="cuda"), logits, target)
+        for metric in reference.values():
+            metric.update(logits, target)
+    got = suite.compute()
+    names = {"MulticlassAccuracy": "accuracy", "MulticlassPrecision": "precision", "MulticlassRecall": "recall",
+             "MulticlassF1Score": "f1"}
+    for (cls, average), metric in reference.items():
+        key = f"{names[cls]}_{'per_class' if average == 'none' else average}"
+        want = metric.compute()
+        assert torch.equal(got[key], want), (cls, average)
+
+    def report():
+        suite._computed = None
+        suite.compute()
+
+    cost = update_cost("report", report, repeats=5)
+    assert cost.syncs == 0 and cost.kernels is not None and cost.kernels <= 60, cost

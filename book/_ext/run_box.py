@@ -1,11 +1,13 @@
-"""Show a notebook's waiver in its "Run this chapter" box.
+"""Show a notebook's pending rerun at the top of its page and in its "Run this chapter" box.
 
-A chapter whose stored run needs hardware that is not available can keep that run across one change
-of the ``mentor`` modules it imports, under a waiver in its metadata (``metadata.mentor.waiver``,
-written by ``python scripts/nbtools.py waive NB --reason ...``). The reader must see that the
-stored outputs come from older code: this extension appends :func:`waiver_text` to the page's
-admonition titled "Run this chapter", and warns (an error under ``-W``) when a waived chapter has
-no such box. :func:`waiver_text` is also what ``nbtools check`` prints.
+A stored run kept across a change of ``mentor`` (a library change whose rerun waits for GPU time, or a run that
+needs hardware that is not available) carries a waiver in its metadata (``metadata.mentor.waiver``, written by
+``python scripts/nbtools.py waive NB ... --reason ...``). The reader must see that the stored outputs come from
+older code: this extension puts :func:`banner_text` right under the page's title (at most four lines at a phone's
+width: the run's GPUs and date, an earlier mentor, the reason, a rerun pending), with the longer account
+(:func:`changes_text`: the files that changed, earlier reasons) folded under it, and appends the short
+:func:`waiver_text` to the admonition titled "Run this chapter". It warns (an error under ``-W``) when a waived
+chapter has no title or no such box. :func:`waiver_text` is also what ``nbtools check`` prints.
 
 The box's facts about the stored run come from the same metadata, through the role
 ``{stored-run}`gpus``` (the machine's GPUs, from ``metadata.mentor.provenance``: "two NVIDIA H200 GPUs"),
@@ -27,45 +29,92 @@ def _listed(modules: list[str]) -> str:
     return _names(["mentor/" + m for m in modules])
 
 
+def _run_words(meta: dict[str, Any]) -> tuple[str, str]:
+    """("run" or "measurement", its day or "" ) for a stored run or a split notebook's measurement."""
+    what = "measurement" if meta.get("scope") == "measure" else "run"
+    return what, str(meta.get("executed") or "")[:10]
+
+
 def waiver_text(meta: dict[str, Any]) -> str | None:
-    """The run box's sentence for a notebook's waiver, in plain words; None when ``meta`` carries none.
+    """The short sentence for a notebook's waiver (a pending rerun): the run box and ``nbtools check`` show it; None
+    when ``meta`` carries no waiver.
 
-    >>> print(waiver_text({"mentor_sha256": "628507b8548e5cfe", "executed": "2026-12-01T10:10:47+00:00",
-    ...                    "waiver": {"modules": ["bench.py", "lab/bench.py", "lab/env.py"], "added": ["lab/bench.py"],
-    ...                               "removed": ["bench.py"], "reason": "needs two GPUs"}}))
-    The stored run used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then mentor/lab/env.py changed, mentor/lab/bench.py is now imported and mentor/bench.py is no longer imported. It was not rerun: needs two GPUs.
-
-    A waiver for modules that moved (``renames``, old name to new) also says that the code cells import them
-    under their new names. The waiver of a split notebook's measurement (``scope: "measure"``) speaks of the
-    measurement, and says when its measuring cells changed too:
-
-    >>> print(waiver_text({"scope": "measure", "mentor_sha256": "628507b8548e5cfe", "executed": "2026-12-01T10:10:47",
-    ...                    "waiver": {"modules": ["suite.py"], "cells_changed": True, "reason": "needs two GPUs"}}))
-    The stored measurement used mentor at 628507b8548e (the hash of its source, 2026-12-01); since then its measuring cells changed and mentor/suite.py changed. It was not measured again: needs two GPUs.
+    >>> print(waiver_text({"executed": "2026-12-04T15:17:34+00:00",
+    ...                    "waiver": {"modules": ["suite.py"], "reason": "the report no longer reads back"}}))
+    Rerun pending: the stored run of 2026-12-04 used an earlier mentor; since then, the report no longer reads back.
+    >>> print(waiver_text({"scope": "measure", "waiver": {"modules": [], "reason": "needs two GPUs."}}))
+    Rerun pending: the stored measurement used an earlier mentor; since then, needs two GPUs.
     """
     waiver = meta.get("waiver")
     if not waiver:
         return None
+    what, day = _run_words(meta)
+    return (f"Rerun pending: the stored {what}{' of ' + day if day else ''} used an earlier mentor; since then, "
+            f"{waiver['reason'].rstrip('.')}.")
+
+
+def banner_text(meta: dict[str, Any]) -> str | None:
+    """What the top of a waived chapter says, in at most four lines at a phone's width: where and when it was
+    measured, that the mentor was an earlier one, the waiver's reason, and that a rerun is pending.
+
+    >>> print(banner_text({"executed": "2026-12-01T10:10:47+00:00",
+    ...                    "provenance": {"gpu": "NVIDIA H200", "gpu_count": 2},
+    ...                    "waiver": {"modules": ["suite.py"], "reason": "its rerun needs two GPUs"}}))
+    Rerun pending. Measured on two NVIDIA H200 GPUs on 2026-12-01, with an earlier mentor; since then, its rerun needs two GPUs.
+    """
+    waiver = meta.get("waiver")
+    if not waiver:
+        return None
+    try:
+        where = f" on {stored_run_text('gpus', meta)}"
+    except ValueError:
+        where = ""
+    _, day = _run_words(meta)
+    return (f"Rerun pending. Measured{where}{' on ' + day if day else ''}, with an earlier mentor; since then, "
+            f"{waiver['reason'].rstrip('.')}.")
+
+
+def changes_text(meta: dict[str, Any]) -> list[str]:
+    """The longer account of a waiver, one paragraph each, for the folded block under :func:`banner_text`: the
+    waiver's ``details``, which files changed (which are newly imported or no longer imported), whether the
+    measuring cells changed, renamed modules, and the reasons of earlier waivers of the same run.
+
+    >>> for line in changes_text({"mentor_sha256": "628507b8548e5cfe", "scope": "measure",
+    ...                           "waiver": {"modules": ["bench.py", "lab/bench.py", "lab/env.py"],
+    ...                                      "added": ["lab/bench.py"], "removed": ["bench.py"], "cells_changed": True,
+    ...                                      "reason": "needs two GPUs", "written": "2026-12-05T01:02:03+00:00",
+    ...                                      "earlier": [{"reason": "first", "written": "2026-12-02T00:00:00+00:00"}]}}):
+    ...     print(line)
+    The stored measurement used mentor at 628507b8548e (the hash of its source). By 2026-12-05, when the rerun was deferred: its measuring cells changed, mentor/lab/env.py changed, mentor/lab/bench.py is now imported and mentor/bench.py is no longer imported.
+    Deferred before, on 2026-12-02: first.
+    """
+    waiver = meta.get("waiver")
+    if not waiver:
+        return []
+    what, _ = _run_words(meta)
+    lines = [str(waiver["details"])] if waiver.get("details") else []
     added, removed = waiver.get("added", []), waiver.get("removed", [])
     parts = ["its measuring cells changed"] if waiver.get("cells_changed") else []
-    for group, one, many in (([m for m in waiver["modules"] if m not in added and m not in removed], "changed", "changed"),
+    for group, one, many in (([m for m in waiver.get("modules", []) if m not in added and m not in removed],
+                              "changed", "changed"),
                              (added, "is now imported", "are now imported"),
                              (removed, "is no longer imported", "are no longer imported")):
         if group:
             parts.append(f"{_listed(group)} {one if len(group) == 1 else many}")
-    said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    when = f", {meta['executed'][:10]}" if meta.get("executed") else ""
+    said = ("nothing it imports" if not parts else parts[0] if len(parts) == 1
+            else ", ".join(parts[:-1]) + " and " + parts[-1])
+    when = f"By {str(waiver['written'])[:10]}, when the rerun was deferred" if waiver.get("written") else "Since then"
+    lines.append(f"The stored {what} used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
+                 f"source). {when}: {said}.")
     renames = waiver.get("renames") or {}
-    moved = ""
     if renames:
-        news, olds = _names(list(renames.values())), _names(list(renames))
-        moved = f" Its code cells now import {news} where the stored run imported {olds}; nothing else in them changed."
-    if meta.get("scope") == "measure":  # a split notebook: the waiver covers its measurement only
-        return (f"The stored measurement used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of "
-                f"its source{when}); since then {said}.{moved} It was not measured again: "
-                f"{waiver['reason'].rstrip('.')}.")
-    return (f"The stored run used mentor at {str(meta.get('mentor_sha256') or '?')[:12]} (the hash of its "
-            f"source{when}); since then {said}.{moved} It was not rerun: {waiver['reason'].rstrip('.')}.")
+        lines.append(f"Its code cells now import {_names(list(renames.values()))} where the stored run imported "
+                     f"{_names(list(renames))}; nothing else in them changed.")
+    for old in waiver.get("earlier") or []:
+        day = f", on {str(old['written'])[:10]}" if old.get("written") else ""
+        lines.append(f"Deferred before{day}: {str(old['reason']).rstrip('.')}."
+                     + (f" {old['details']}" if old.get("details") else ""))
+    return lines
 
 
 def _names(names: list[str]) -> str:
@@ -73,6 +122,10 @@ def _names(names: list[str]) -> str:
 
 
 def _show_waiver(app: Any, doctree: Any) -> None:
+    """A waived chapter: :func:`banner_text` at the top, its account (:func:`changes_text`) folded under it, and
+    :func:`waiver_text` in the run box."""
+    import html
+
     from docutils import nodes
     from sphinx.util import logging
 
@@ -80,17 +133,25 @@ def _show_waiver(app: Any, doctree: Any) -> None:
     path = Path(app.env.doc2path(docname))
     if path.suffix != ".ipynb":
         return
-    text = waiver_text(json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("mentor", {}))
+    meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("mentor", {})
+    text = waiver_text(meta)
     if text is None:
         return
     boxes = [box for box in doctree.findall(nodes.admonition)
              if box.children and isinstance(box[0], nodes.title) and box[0].astext() == BOX_TITLE]
-    if not boxes:
+    sections = list(doctree.findall(nodes.section))
+    if not boxes or not sections:
         logging.getLogger(__name__).warning(
-            f"{docname} carries a waiver but has no '{BOX_TITLE}' admonition to show it in; add the box",
-            location=docname)
+            f"{docname} carries a waiver but has no {'title' if not sections else repr(BOX_TITLE) + ' admonition'} "
+            "to show it under; add it", location=docname)
         return
     boxes[0] += nodes.paragraph(text, text, classes=["waiver"])
+    account = "".join(f"<p>{html.escape(line)}</p>" for line in changes_text(meta))
+    banner = nodes.container(classes=["pending-rerun"])
+    banner += nodes.paragraph(banner_text(meta), banner_text(meta))
+    banner += nodes.raw("", f"<details><summary>What changed</summary>{account}</details>", format="html")
+    title = next((i for i, child in enumerate(sections[0].children) if isinstance(child, nodes.title)), -1)
+    sections[0].insert(title + 1, banner)
 
 
 NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")

@@ -26,17 +26,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mentor.lab.stats import KINDS, Interval, Result, paired_overhead
+from mentor.lab.stats import KINDS, Interval, Result, _short, paired_overhead
+from mentor.lab.wording import side
+
+_VERDICTS = {"above 0": "slower", "below 0": "faster", "containing 0": "no difference resolved",
+             "without an interval": "no interval (1 round)"}
+"""A verdict for each side of 0 that :func:`mentor.lab.wording.side` names."""
 
 NAME_WIDTH = 22
 """Configuration names longer than this are truncated in :meth:`Comparison.table`."""
 
 TABLE_WIDTH = 80
 """The widest line of :meth:`Comparison.table`: it fits a book page at desktop width without scrolling."""
-
-
-def _short(name: str, width: int) -> str:
-    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 @dataclass
@@ -122,13 +123,7 @@ class Comparison:
     def _judge(self, name: str, interval: Interval, against: str | None = None) -> str:
         if name == (self.baseline if against is None else against):
             return "baseline"
-        if not interval.has_interval:
-            return "no interval (1 round)"
-        if interval.lo > 0:
-            return "slower"
-        if interval.hi < 0:
-            return "faster"
-        return "no difference resolved"
+        return _VERDICTS[side(interval)]
 
     def images_per_s(self, name: str) -> float:
         """Images per second over all timed steps, report steps included: batch x steps / total time."""
@@ -310,7 +305,10 @@ class Comparison:
                    settings=data.get("settings", {}), environment=data.get("environment", {}))
 
     def plot(self, ax: Any = None, kind: str = "median") -> Any:
-        """Horizontal bars of each configuration's overhead with its interval (:func:`mentor.lab.plots.plot_comparison`)."""
+        """Horizontal bars of each configuration's overhead with its interval (:func:`mentor.lab.plots.plot_comparison`).
+
+        Part I's chapters, whose stored runs call it, draw with it; new code calls :mod:`mentor.lab.plots` directly.
+        """
         from mentor.lab.plots import plot_comparison
 
         return plot_comparison(self, ax=ax, kind=kind)

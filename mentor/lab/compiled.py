@@ -15,10 +15,13 @@ only when the attribute changes between calls (as ``_update_count`` does at ever
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -184,6 +187,49 @@ def compile_table(reports: Sequence[CompileReport]) -> str:
         for (reason, where), n in seen.items():
             lines.append(f"  - {reason}  at {where}" + (f"  ({n}x)" if n > 1 else ""))
     return "\n".join(lines)
+
+
+def save_reports(reports: Sequence[CompileReport], path: str | os.PathLike[str]) -> Path:
+    """Write ``reports`` to ``path`` as JSON, one object per report: its fields, and ``recompiles`` and
+    ``recompile_calls`` for a reader of the file. :func:`load_reports` reads them back.
+
+    Example:
+        >>> import tempfile
+        >>> report = CompileReport("x", 2, 1, (GraphBreak("Data-dependent branching", "a.py:3"),), (2, 3, 3))
+        >>> path = save_reports([report], os.path.join(tempfile.mkdtemp(), "reports.json"))
+        >>> json.loads(path.read_text())[0]["recompile_calls"]
+        [2]
+        >>> load_reports(path) == [report]
+        True
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stored = [asdict(r) | {"recompiles": r.recompiles, "recompile_calls": list(r.recompile_calls)} for r in reports]
+    path.write_text(json.dumps(stored, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_reports(path: str | os.PathLike[str]) -> list[CompileReport]:
+    """The :class:`CompileReport` list that :func:`save_reports` wrote to ``path`` (its derived counts,
+    ``recompiles`` and ``recompile_calls``, are recomputed from ``frames_after_step``, not read).
+
+    Example:
+        >>> load_reports("no-such-file.json")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no compile reports at no-such-file.json; write them with save_reports(reports, path).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no compile reports at {path}; write them with save_reports(reports, path).")
+    names = {f.name for f in fields(CompileReport)}
+    reports = []
+    for stored in json.loads(path.read_text(encoding="utf-8")):
+        kept = {k: v for k, v in stored.items() if k in names}
+        kept["breaks"] = tuple(GraphBreak(**b) for b in kept.get("breaks", ()))
+        kept["frames_after_step"] = tuple(kept.get("frames_after_step", ()))
+        reports.append(CompileReport(**kept))
+    return reports
 
 
 def compiled_update_config(name: str, num_classes: int, device: torch.device | str, mode: str | None = None,

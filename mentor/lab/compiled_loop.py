@@ -272,7 +272,7 @@ def matrix_costs(points: Sequence[OperatingPoint], profile: Profile, configs: Se
 
             def make(suite: Any = suite) -> tuple[None, Callable[[int], None]]:
                 def report(_: int) -> None:
-                    # compute() reads back the count of invalid labels; the values come back in one copy
+                    # compute() reads nothing back; the values, its count of invalid labels too, come back in one copy
                     torch.stack(list(suite.compute().values())).tolist()
                     suite.reset()
 

@@ -334,11 +334,21 @@ def placement_compute(rank: int, world_size: int, placement: str, repeats: int =
     return {"placement": placement, "value": value, "compute_ms": ms}
 
 
-def placements_cost(backend: str, placements: list[str], ranks: int = 1, repeats: int = 20) -> list[dict[str, Any]]:
+def placements_compute(rank: int, world_size: int, placements: list[str], repeats: int = 20) -> list[dict[str, Any]]:
+    """Worker: :func:`placement_compute` of each of ``placements`` in turn, in the one group that launch made."""
+    return [placement_compute(rank, world_size, placement, repeats) for placement in placements]
+
+
+def placements_cost(backend: str, placements: list[str], ranks: int = 1, repeats: int = 20,
+                    fresh: bool = True) -> list[dict[str, Any]]:
     """Run :func:`placement_compute` for each placement in a group of ``ranks`` on ``backend``.
 
     One rank runs in this process (:func:`single_rank_group`); more ranks run as worker
-    processes (:func:`launch`). Returns one dict per placement with ``backend``, ``placement``,
+    processes (:func:`launch`), by default (``fresh``) new ones for each placement, so that
+    none runs in processes that another placement used; with ``fresh=False`` one launch runs
+    the placements in turn (:func:`placements_compute`), which saves starting the processes
+    again (seconds each: the CPU smoke run, which only checks the code, does this).
+    Returns one dict per placement with ``backend``, ``placement``,
     ``values`` (one per rank), ``compute_ms`` (the slowest rank's median) or ``error``.
 
     Example:
@@ -350,9 +360,20 @@ def placements_cost(backend: str, placements: list[str], ranks: int = 1, repeats
     unknown = [p for p in placements if p not in PLACEMENTS]
     if unknown:
         raise ValueError(f"unknown placement(s) {unknown}: pass some of {list(PLACEMENTS)}.")
+    if not isinstance(fresh, bool):
+        raise TypeError(f"fresh must be True or False, not {fresh!r}.")
+    together: list[list[dict[str, Any]]] | None = None  # per rank, one dict per placement
+    if ranks > 1 and not fresh:
+        done = launch(placements_compute, ranks, list(placements), repeats, backend=backend)
+        failed = [r for r in done if not r.ok]
+        if failed:
+            raise RuntimeError(f"rank {failed[0].rank} failed for placements {placements!r}: {failed[0].error}")
+        together = [r.value for r in done]
     rows = []
-    for placement in placements:
-        if ranks == 1:
+    for index, placement in enumerate(placements):
+        if together is not None:
+            results = [per_rank[index] for per_rank in together]
+        elif ranks == 1:
             with single_rank_group(backend):
                 results = [placement_compute(0, 1, placement, repeats)]
         else:

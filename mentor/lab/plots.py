@@ -1,10 +1,11 @@
 """What the book draws: overhead bars, sweeps, drift, a profiler timeline and TensorBoard scalars.
 
 Every function takes the objects of the lab (a :class:`mentor.lab.comparison.Comparison`, a sweep's dict
-of them, a :class:`mentor.lab.trace.Trace`, step times, scalars) and returns matplotlib Axes or a figure.
+of them, a :class:`mentor.measure.Trace`, step times, scalars) and returns matplotlib Axes or a figure.
 
 Example:
     >>> from mentor.lab.stats import Result
+    >>> from mentor.lab.comparison import Comparison
     >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
     >>> comparison_figure(cmp).axes[0].get_xlabel().replace("\\n", " ")[:48]
     'overhead of the total time, reports included (%)'
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from mentor.lab.figures import PHONE_WIDTH_IN
-from mentor.lab.comparison import Comparison, _short
-from mentor.lab.stats import KINDS, Result, drift
+# a Comparison is only read here (its annotations are never evaluated): not importing its module keeps
+# mentor.lab.comparison, whose plot() and figure() draw with this module, out of an import cycle
+from mentor.lab.stats import KINDS, Result, _short, drift
 from mentor.lab.trace import (
     _NO_WINDOWS,
     GPU_CATEGORIES,
@@ -115,6 +117,7 @@ def comparison_figure(cmp: Comparison, kind: str = "throughput") -> Any:
 
     Example:
         >>> from mentor.lab.stats import Result
+        >>> from mentor.lab.comparison import Comparison
         >>> cmp = Comparison([Result("a", "", [[10.0], [20.0]]), Result("b", "", [[11.0], [22.0]])], "a", 1)
         >>> fig = comparison_figure(cmp)
         >>> fig.axes[0].get_yticklabels()[0].get_text(), float(fig.get_size_inches()[0])
@@ -140,6 +143,7 @@ def plot_sweep(results: dict[str, Comparison], kind: str = "throughput", ax: Any
     Example:
         >>> from mentor.lab.stats import Result
         >>> base = Result("none", "", [[10.0], [12.0]]); slow = Result("m", "", [[11.0], [13.2]])
+        >>> from mentor.lab.comparison import Comparison
         >>> fig = plot_sweep({"p": Comparison([base, slow], "none", 4)})
         >>> fig.axes[0].get_xlabel()
         'step time without metrics (ms, median)'

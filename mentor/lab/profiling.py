@@ -1,9 +1,10 @@
-"""Finding syncs with the PyTorch Profiler: a profiling session, per-step sync counts in its trace, audits.
+"""Finding syncs with the PyTorch Profiler: per-step sync counts in a trace, the book's traced steps, audits.
 
-:func:`profiling_session` records a Chrome trace over a ``torch.profiler.schedule``; :func:`step_syncs`
-counts the sync calls inside each ``ProfilerStep`` window and names the ``record_function`` range
-they fell in; :func:`audit` runs callables under :func:`mentor.syncs.sync_guard` and tabulates their
-syncs; :func:`ranged_mean_metric` is a ``MeanMetric`` whose update stages are profiler ranges.
+The profiling session is the library's, :func:`mentor.measure.profiling_session` (imported here under its old
+name): it records a Chrome trace over a ``torch.profiler.schedule``. :func:`record_steps` runs the book's loop
+under it; :func:`step_syncs` counts the sync calls inside each ``ProfilerStep`` window and names the
+``record_function`` range they fell in; :func:`audit` runs callables under :func:`mentor.syncs.sync_guard` and
+tabulates their syncs; :func:`ranged_mean_metric` is a ``MeanMetric`` whose update stages are profiler ranges.
 
 Example:
     >>> import tempfile, os
@@ -16,12 +17,9 @@ Example:
 
 from __future__ import annotations
 
-import gzip
-import json
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,85 +35,8 @@ from mentor.lab.trace import (
     sync_events,
     wait_events,
 )
+from mentor.measure import profiling_session
 from mentor.syncs import _SYNC_MESSAGE, DEBUG_MODE, SyncReport, count_syncs
-
-
-@contextmanager
-def profiling_session(
-    trace_path: str | Path,
-    *,
-    wait: int = 1,
-    warmup: int = 2,
-    active: int = 3,
-    with_stack: bool = False,
-    record_shapes: bool = False,
-) -> Iterator[torch.profiler.profile]:
-    """A ``torch.profiler`` session over ``wait + warmup + active`` steps that writes a Chrome trace.
-
-    Call ``prof.step()`` once per training step (``mentor.lab.train.train(profiler=prof)`` does).
-    The trace goes to ``trace_path``; a name ending in ``.gz`` is gzipped. Perfetto UI
-    (ui.perfetto.dev) and chrome://tracing open both. A block that ends before the schedule
-    reaches its active steps writes no trace and raises ``RuntimeError`` saying how many
-    ``prof.step()`` calls it saw (unless the block raised an error of its own, which passes on).
-
-    Example:
-        >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
-        >>> with profiling_session(path, wait=0, warmup=0, active=1) as prof:
-        ...     _ = torch.ones(2) + 1; prof.step()
-        >>> os.path.exists(path)
-        True
-    """
-    for name, value, low in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
-    path = Path(trace_path)
-    if path.suffix not in (".json", ".gz") or (path.suffix == ".gz" and not path.name.endswith(".json.gz")):
-        raise ValueError(f"trace_path must end in .json or .json.gz, got '{path.name}'.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    written: list[bool] = []
-
-    def ready(p: torch.profiler.profile) -> None:
-        p.export_chrome_trace(str(path))
-        _name_trace(path)
-        written.append(True)
-
-    prof = torch.profiler.profile(
-        activities=activities,
-        schedule=torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-        on_trace_ready=ready,
-        with_stack=with_stack,
-        record_shapes=record_shapes,
-    )
-    with prof:
-        yield prof  # an exception of the body propagates from here: it is not masked by the check below
-    if not written:
-        needed = wait + warmup + active
-        raise RuntimeError(
-            f"profiling_session recorded nothing and wrote no trace to '{path}': the block called prof.step() "
-            f"{prof.step_num} time(s), but the schedule needs {needed} steps (wait {wait} + warmup {warmup} + "
-            f"active {active}) and records only from step {wait + warmup + 1} on. Call prof.step() once per "
-            f"training step and run at least {needed} steps (mentor.lab.train.train(..., profiler=prof) does), "
-            "or shorten the schedule."
-        )
-
-
-def _name_trace(path: Path) -> None:
-    """Set the written trace's ``traceName`` to the file's own name, not a path on the machine that ran it.
-
-    ``profile.export_chrome_trace`` (``torch/profiler/profiler.py``) writes a ``.json.gz`` trace to a temporary
-    ``.json`` file first and gzips that, so the profiler records the temporary file's path (``/tmp/tmp....json``)
-    as the trace's name; a ``.json`` trace records the path as given.
-    """
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        trace = json.load(f)
-    trace["traceName"] = path.name
-    with opener(path, "wt", encoding="utf-8") as f:
-        json.dump(trace, f)
 
 
 @dataclass(frozen=True)
@@ -219,7 +140,7 @@ def record_steps(
     warmup: int = 2,
     active: int = 3,
 ) -> Path:
-    """Train ``warmup + active`` steps under :func:`profiling_session` and write the trace of the last ``active``.
+    """Train ``warmup + active`` steps under :func:`~mentor.measure.profiling_session` and write the trace of the last ``active``.
 
     Runs two untimed steps first, so that the metric states and kernels are warm.
 

@@ -1,12 +1,10 @@
 """Which regime an operating point is in, measured: how much of its time the GPU idles, and what an update costs
 the host against the step.
 
-:func:`gpu_idle_share` reads a profiler trace of several steps and returns the share of the time from the first
-GPU work of the first step to the last GPU work of the last step during which no kernel, copy or memset ran.
-Unlike :func:`mentor.lab.trace.gpu_idle_fraction`, which looks inside each step's own GPU span, it counts the
-gaps *between* steps too: in a loop that the host limits, the GPU finishes a step's work and then waits for
-the next step's launches, and that wait lies between the spans. :func:`measure_regime` records such a trace of
-the loop without metrics at an operating point (:func:`mentor.lab.profiling.record_steps`).
+The GPU's idle share of a traced loop is the library's, :func:`mentor.measure.gpu_idle_share`, with its threshold
+:data:`mentor.measure.HOST_BOUND_IDLE` (both imported here under their old names). :func:`measure_regime` records
+a trace of the book's loop without metrics at an operating point (:func:`mentor.lab.profiling.record_steps`) and
+reads that share from it; :func:`regime_table` puts the points side by side.
 
 Limits: the profiler slows the host (it records every operator and launch), so the GPU of a traced loop is
 expected to idle more than that of the same loop untraced; the share measured here is not a measurement of the
@@ -14,7 +12,7 @@ untraced loop.
 It says nothing about a loop with metrics; the update's host time against the step (``hook_share``) is the
 other column, read from a block comparison (``settings["hook_ms"]`` of
 :func:`mentor.lab.blocks.compare_blocks`). The threshold that names a point "host-bound"
-(:data:`HOST_BOUND_IDLE`) is a convention of this module, not a measured boundary.
+(:data:`~mentor.measure.HOST_BOUND_IDLE`) is a convention of this book, not a measured boundary.
 
 Example:
     >>> print(regime_table([Regime("fp32 b128", 24.7, 0.01, 0.0067), Regime("bf16 b32", 9.5, 0.42, None)]))
@@ -30,10 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mentor.lab.trace import Trace, gpu_busy_intervals, gpu_step_spans, load_trace, step_windows
-
-HOST_BOUND_IDLE = 0.10
-"""A point whose GPU idles more than this share of the time is called host-bound (a convention, see above)."""
+from mentor.lab.trace import gpu_step_spans, load_trace, step_windows
+from mentor.measure import HOST_BOUND_IDLE, gpu_idle_share
 
 
 @dataclass(frozen=True)
@@ -49,37 +45,14 @@ class Regime:
     step_ms: float
     """The loop's mean step time over the traced steps, from the first to the last GPU work (ms)."""
     gpu_idle: float
-    """:func:`gpu_idle_share` of the traced loop without metrics."""
+    """:func:`~mentor.measure.gpu_idle_share` of the traced loop without metrics."""
     hook_share: float | None = None
     """An update's host time in the loop over the step time without metrics (a fraction), or None."""
 
     @property
     def bound(self) -> str:
-        """``"host-bound"`` when ``gpu_idle`` exceeds :data:`HOST_BOUND_IDLE`, else ``"GPU-bound"``."""
+        """``"host-bound"`` when ``gpu_idle`` exceeds :data:`~mentor.measure.HOST_BOUND_IDLE`, else ``"GPU-bound"``."""
         return "host-bound" if self.gpu_idle > HOST_BOUND_IDLE else "GPU-bound"
-
-
-def gpu_idle_share(trace: Trace) -> float:
-    """The share of time, from the first step's first GPU work to the last step's last, that the GPU ran nothing.
-
-    Example (two steps, each with 5 µs of kernel, 10 µs apart):
-        >>> from mentor.lab.trace import Event
-        >>> t = Trace([Event("ProfilerStep#1", "user_annotation", 0, 10, 1, 1),
-        ...            Event("cudaLaunchKernel", "cuda_runtime", 2, 1, 1, 1, correlation=1),
-        ...            Event("ProfilerStep#2", "user_annotation", 10, 10, 1, 1),
-        ...            Event("cudaLaunchKernel", "cuda_runtime", 12, 1, 1, 1, correlation=2),
-        ...            Event("k1", "kernel", 20, 5, 0, 7, correlation=1),
-        ...            Event("k2", "kernel", 30, 5, 0, 7, correlation=2)])
-        >>> round(gpu_idle_share(t), 4)
-        0.3333
-    """
-    spans = gpu_step_spans(trace)  # raises, naming the step, when a step launched no GPU work
-    if len(spans) < 2:
-        raise ValueError(f"gpu_idle_share needs a trace of at least 2 steps, got {len(spans)}: the gaps between "
-                         "steps are what it measures; record more (record_steps(..., active=5)).")
-    start, end = min(s for s, _ in spans), max(t for _, t in spans)
-    busy = sum(t - s for s, t in gpu_busy_intervals(trace, start, end))
-    return (end - start - busy) / (end - start)
 
 
 def measure_regime(point: object, profile: object, *, steps: int = 5, hook_ms: float | None = None,

@@ -276,3 +276,8 @@ def drift(step_ms: Sequence[float], window: int = 50) -> list[float]:
                          f"or a smaller window.")
     n = len(step_ms) // window * window
     return [float(m) for m in np.asarray(step_ms[:n], dtype=float).reshape(-1, window).mean(axis=1)]
+
+
+def _short(name: str, width: int) -> str:
+    """``name`` cut to ``width`` characters, the last one an ellipsis when it was longer (tables, figure labels)."""
+    return name if len(name) <= width else name[:width - 1] + "…"

@@ -158,7 +158,7 @@ def sync_configs(num_classes: int, device: torch.device) -> list[Any]:
         suite = flat_sync(FusedMetrics)(num_classes).to(device)
 
         def on_report(_: int) -> None:
-            # compute() reads back the count of invalid labels; the values come back in one copy
+            # compute() reads nothing back; the values, its count of invalid labels too, come back in one copy
             torch.stack(list(suite.compute().values())).tolist()
             suite.reset()
 

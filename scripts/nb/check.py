@@ -67,8 +67,12 @@ def _apply_waiver(nb: NotebookNode, meta: dict, reasons: list[str], name: str) -
                               "run: remove metadata.mentor.waiver"]
         return reasons
     current = mentor_sources(nb, scheme=stored_scheme(meta))
-    if (waiver.get("accepts") == sources_digest(current)
-            and waiver.get("modules") == changed_modules(meta["mentor_sources"], current)):
+    if waiver.get("scheme"):  # the code it can run, hashed when the waiver was written (nb.waivers.waive)
+        accepted = waiver.get("accepts") == sources_digest(mentor_sources(nb, scheme=waiver["scheme"]))
+    else:  # a waiver written before: the modules' hashes by the run's own scheme
+        accepted = (waiver.get("accepts") == sources_digest(current)
+                    and waiver.get("modules") == changed_modules(meta["mentor_sources"], current))
+    if accepted:
         renames = waiver.get("renames") or {}
         renamed_only = bool(renames) and code_hash(unrenamed(nb, renames), stored_scheme(meta)) == meta.get("code_sha256")
         return [r for r in reasons if r not in sources and not (r == _CODE_CHANGED and renamed_only)]

@@ -70,13 +70,15 @@ def code_cells(nb: NotebookNode, scope: str = "all") -> list[Any]:
             and (scope == "all" or is_measure(cell) == (scope == "measure"))]
 
 
-HASH_SCHEME = "ast-1"
-"""How ``gpu-run`` hashes code now, stored as ``metadata.mentor.hash_scheme``. ``ast-1`` hashes each cell's and
-each module's syntax tree, so that comments, line breaks and the layout of code (and, in ``mentor`` modules,
-docstrings and other bare strings, which run no code) do not make a stored run stale; a cell's magic lines and
-whether it ends in ``;`` (which hides its value) still count. A run stored without ``hash_scheme`` was hashed
-as text (``raw``): it is checked that way until it is run again. Line numbers do not count either, so a
-warning or traceback stored in an output may quote a line number that has since moved."""
+HASH_SCHEME = "ast-2"
+"""How ``gpu-run`` hashes code now, stored as ``metadata.mentor.hash_scheme``. Code is hashed by its syntax tree,
+so that comments, line breaks and the layout of code (and, in ``mentor`` modules, docstrings and other bare
+strings, which run no code) do not make a stored run stale; a cell's magic lines and whether it ends in ``;``
+(which hides its value) still count. ``ast-2`` hashes, of each ``mentor`` file, only what the notebook's code can
+run (:mod:`nb.symbols`): its module-level code and the functions and classes reached by name. ``ast-1`` hashed
+every file imported, whole: runs stored with it are checked that way until they are run again (a waiver written
+now records ``ast-2``). A run stored without ``hash_scheme`` was hashed as text (``raw``). Line numbers do not
+count either, so a warning or traceback stored in an output may quote a line number that has since moved."""
 
 
 def _tree_text(node: Any) -> str:
@@ -201,15 +203,22 @@ def _module_file(name: str, package: Path) -> Path | None:
 
 def mentor_sources(nb: NotebookNode, package: Path | None = None, scheme: str = HASH_SCHEME,
                    scope: str = "all") -> dict[str, str]:
-    """SHA-256 of each ``mentor`` file that ``nb``'s code (the cells of ``scope``) imports, directly or through
-    other modules.
+    """SHA-256 of each ``mentor`` file that ``nb``'s code (the cells of ``scope``) reaches (path relative to the
+    package -> hash).
 
-    Keys are paths relative to the package (``bench.py``); the package's ``__init__.py`` is included
-    whenever any module is, since Python imports it first. A change to a module that the notebook
-    never reaches cannot change its outputs, so only these files make its stored run stale.
+    Under ``ast-2`` (:data:`HASH_SCHEME`) a file's hash covers only what of it the code can run: its
+    module-level code and the functions and classes the code reaches by name (:mod:`nb.symbols`, which says what
+    that analysis cannot see); a change elsewhere in the file leaves the hash, and the stored run, as they were.
+    Under ``ast-1`` and ``raw`` (runs stored before ``ast-2``) it covers every file the code imports, directly or
+    through other modules, whole. Either way the package's ``__init__.py`` is included whenever any module is,
+    since Python imports it first.
     """
     package = MENTOR if package is None else package
     code = "\n".join(_source(cell) for cell in code_cells(nb, scope))
+    if scheme not in ("raw", "ast-1"):
+        from nb.symbols import Reach
+
+        return Reach(package).from_code(MAGIC_LINE.sub("", code)).sources()
     pending, seen = list(imported_modules(code)), set()
     while pending:
         name = pending.pop()

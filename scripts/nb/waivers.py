@@ -37,7 +37,43 @@ class WaiverRefused(ValueError):
     """``waive`` cannot accept the notebook's change (it is not a mentor change only, or there is none)."""
 
 
-def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> dict:
+REASON_LIMIT = 140
+"""The longest reason a waiver takes, in characters: the page shows it at the top of the chapter, with the run's GPU
+and date, in at most four lines at a phone's width (390 px); a longer account goes in ``details``, folded."""
+
+
+def _checked_reason(name: str, reason: object, details: object) -> tuple[str, str | None]:
+    """``reason`` and ``details`` stripped, or :class:`WaiverRefused` naming what to pass instead."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise WaiverRefused(f"{name}: a waiver needs a reason, e.g. --reason \"needs two GPUs; none available\"")
+    reason = " ".join(reason.split())
+    if len(reason) > REASON_LIMIT:
+        raise WaiverRefused(f"{name}: the reason has {len(reason)} characters, and the page shows it at the top of "
+                            f"the chapter in at most four phone lines: say it in {REASON_LIMIT} or fewer, and put "
+                            "the rest in --details (shown folded)")
+    if details is not None and (not isinstance(details, str) or not details.strip()):
+        raise WaiverRefused(f"{name}: --details, when given, is a text (the longer account, shown folded)")
+    return reason, (" ".join(details.split()) if details is not None else None)
+
+
+def _history(meta: dict, reason: str, details: str | None) -> dict:
+    """What a new waiver keeps of the one it replaces: ``details`` (the new one's, else the old one's when the reason
+    is the same) and ``earlier``, the reasons of the waivers before it, oldest first."""
+    old = meta.get("waiver") or {}
+    earlier = list(old.get("earlier") or [])
+    if old.get("reason") and old.get("reason") != reason:
+        earlier.append({k: old[k] for k in ("reason", "details", "written") if old.get(k)})
+    kept = {}
+    if details is not None:
+        kept["details"] = details
+    elif old.get("details") and old.get("reason") == reason:
+        kept["details"] = old["details"]
+    if earlier:
+        kept["earlier"] = earlier
+    return kept
+
+
+def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None, details: str | None = None) -> dict:
     """Accept, in ``nb_path``'s metadata, the change of the mentor modules it imports since its stored run.
 
     The waiver (``metadata.mentor.waiver``) names the changed modules (and which of them are new or
@@ -57,12 +93,11 @@ def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> 
     machine renders them.
     """
     name = display_path(Path(nb_path))
-    if not isinstance(reason, str) or not reason.strip():
-        raise WaiverRefused(f"{name}: a waiver needs a reason, e.g. --reason \"needs two GPUs; none available\"")
+    reason, details = _checked_reason(name, reason, details)
     nb = nbformat.read(nb_path, as_version=4)
     meta = nb.metadata.get("mentor", {})
     if is_split(nb):
-        return _waive_measurement(Path(nb_path), nb, meta, reason.strip(), name, renames)
+        return _waive_measurement(Path(nb_path), nb, meta, reason, details, name, renames)
     if meta.get("code_sha256") is None or meta.get("mentor_sources") is None:
         raise WaiverRefused(f"{name}: no stored GPU run with per-module hashes to waive a change of; "
                             f"run it first: make gpu-run NB={name}")
@@ -79,9 +114,12 @@ def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> 
         raise WaiverRefused(f"{name}: the mentor modules it imports are unchanged since its stored run: "
                             "there is nothing to waive")
     recorded = meta["mentor_sources"]
-    waiver = {"reason": reason.strip(), "modules": modules,
+    waiver = {"reason": reason, **_history(meta, reason, details), "modules": modules,
               "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
-              "accepts": sources_digest(current), "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+              # what the code can run now, hashed by the current scheme: a later change of code it cannot reach
+              # (another function of a module it imports) leaves the waiver standing
+              "scheme": HASH_SCHEME, "accepts": sources_digest(mentor_sources(nb, scheme=HASH_SCHEME)),
+              "written": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     if renames:
         if code_hash(nb, stored_scheme(meta)) == meta["code_sha256"]:
             raise WaiverRefused(f"{name}: its code cells do not use the renamed modules "
@@ -92,7 +130,7 @@ def waive(nb_path: Path, reason: str, renames: dict[str, str] | None = None) -> 
     return waiver
 
 
-def _waive_measurement(nb_path: Path, nb: NotebookNode, meta: dict, reason: str, name: str,
+def _waive_measurement(nb_path: Path, nb: NotebookNode, meta: dict, reason: str, details: str | None, name: str,
                        renames: dict[str, str] | None) -> dict:
     """:func:`waive` for a split notebook: the waiver accepts the measuring cells and their modules as they are."""
     if renames:
@@ -114,7 +152,7 @@ def _waive_measurement(nb_path: Path, nb: NotebookNode, meta: dict, reason: str,
     scheme = stored_scheme(meta)
     recorded, current = meta["mentor_sources"], mentor_sources(nb, scheme=scheme, scope="measure")
     modules = changed_modules(recorded, current)
-    waiver = {"reason": reason, "modules": modules,
+    waiver = {"reason": reason, **_history(meta, reason, details), "modules": modules,
               "added": [m for m in modules if m not in recorded], "removed": [m for m in modules if m not in current],
               "cells_changed": MEASURE_CODE_CHANGED in reasons,
               # the code as it is now, hashed by the current scheme: a later docstring or layout edit keeps it
@@ -139,6 +177,64 @@ def _check_renames(name: str, renames: dict[str, str]) -> dict[str, str]:
     if len(set(renames.values())) != len(renames):
         raise WaiverRefused(f"{name}: two modules are renamed to one name: {renames}")
     return dict(sorted(renames.items()))
+
+
+def waive_many(notebooks: Sequence[Path] | None, reason: str, renames: dict[str, str] | None = None,
+               details: str | None = None) -> tuple[dict[Path, dict], dict[Path, str]]:
+    """:func:`waive` each of ``notebooks`` with one reason; None: every book/*.ipynb whose stored run or
+    measurement is stale (a notebook that needs only a render is left to ``render``). Returns the waivers written
+    and, for each notebook a waiver cannot accept, why (the others are still waived)."""
+    from nb.book import default_notebooks
+    from nb.check import stale
+
+    _checked_reason("the waiver", reason, details)  # one message for a bad reason, not one per notebook
+    if notebooks is None:
+        notebooks = [p for p in default_notebooks() if any("make gpu-run" in m for m in stale([p]))]
+    done, refused = {}, {}
+    for nb_path in notebooks:
+        try:
+            done[Path(nb_path)] = waive(Path(nb_path), reason, renames, details)
+        except (WaiverRefused, FileNotFoundError) as error:
+            refused[Path(nb_path)] = str(error)
+    return done, refused
+
+
+README_START = "<!-- pending reruns: written by `python scripts/nbtools.py pending --readme`; do not edit -->"
+README_END = "<!-- end of pending reruns -->"
+
+
+def pending_markdown(notebooks: Sequence[Path]) -> str:
+    """The pending reruns of ``notebooks`` as a Markdown list: each notebook kept under a waiver, where and when it
+    was measured, and the waiver's reason ("No rerun is pending." when there is none)."""
+    rows = []
+    for nb_path in notebooks:
+        meta = nbformat.read(nb_path, as_version=4).metadata.get("mentor", {})
+        waiver = meta.get("waiver")
+        if not waiver:
+            continue
+        box = _run_box()
+        try:
+            where = f" on {box.stored_run_text('gpus', meta)}"
+        except ValueError:
+            where = ""
+        rows.append(f"- `{display_path(Path(nb_path))}`, measured{where} on {str(meta.get('executed'))[:10]}: "
+                    f"{waiver['reason'].rstrip('.')}.")
+    return "\n".join(rows) if rows else "No rerun is pending."
+
+
+def write_readme_pending(notebooks: Sequence[Path], readme: Path | None = None) -> Path:
+    """Write :func:`pending_markdown` between the README's markers (:data:`README_START`, :data:`README_END`)."""
+    from nb.book import REPO
+
+    readme = REPO / "README.md" if readme is None else Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    if text.count(README_START) != 1 or text.count(README_END) != 1 or text.index(README_START) > text.index(README_END):
+        raise ValueError(f"{readme} needs one line {README_START!r} and, below it, one line {README_END!r}: the "
+                         "pending reruns are written between them")
+    head, rest = text.split(README_START)
+    _, tail = rest.split(README_END)
+    readme.write_text(f"{head}{README_START}\n{pending_markdown(notebooks)}\n{README_END}{tail}", encoding="utf-8")
+    return readme
 
 
 def waived(notebooks: Sequence[Path]) -> list[str]:

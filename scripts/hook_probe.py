@@ -1,0 +1,120 @@
+"""Why an update that takes 12 µs of host time on its own takes about 80 µs in chapter 9's loop (issue 43, item 2).
+
+``python scripts/hook_probe.py --out DIR`` (on the GPU machine) writes ``DIR/hook_probe.json``: the host µs of one
+``FusedMetrics.update`` (``perf_counter`` around the call; median, p10 and p90 of ``--repeats`` calls) when the
+calls run
+
+- ``back to back``: one after the other, inputs without autograd history (how ``update_cost`` measures);
+- ``autograd inputs``: the same, with the loss and logits of a forward pass that requires grad, as a loop
+  passes them;
+- ``after other Python``: between two calls the host runs ``--churn`` µs of unrelated Python that walks
+  a few MB of objects, which evicts the update's code and data from the CPU's caches as a training
+  step's Python does;
+- ``after a training step``: between two calls a small model's forward, backward and SGD step, on the GPU;
+- ``behind a full queue`` (CUDA only): before each call the host queues ``--queued`` kernels that each keep the
+  GPU busy about 20 µs (``torch.cuda._sleep`` of 20 µs worth of the card's maximum clock), as a GPU-bound loop
+  whose host runs ahead queues them. CUDA does not document how many launches a stream's queue holds before a
+  launch blocks; when ``--queued`` is more than that, the update's launch waits for room, and its time shows it.
+
+In the other ways the GPU's queue is kept short (a synchronize every 8 calls, outside the timed call), so no
+call waits for room in it. Limits: it shows which of these conditions makes the call slower, not which hardware counter; the
+churn is a stand-in for a training step's Python, not that Python. ``--smoke`` runs a few calls on the CPU: a
+check of the script, not a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {"median": statistics.median(xs), "p10": xs[len(xs) // 10], "p90": xs[(9 * len(xs)) // 10], "n": len(xs)}
+
+
+def _churn(objects: list[dict[str, int]], us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    total = 0
+    while time.perf_counter() < end:
+        for o in objects[::7]:
+            total += o["a"]
+    objects[0]["a"] = total % 3
+
+
+def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 1500) -> dict[str, dict[str, float]]:
+    from mentor.suite import FusedMetrics
+
+    suite = FusedMetrics(1000).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1000)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 256, device=device)
+    target = torch.randint(0, 1000, (32,), device=device)
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    plain = (loss.detach(), logits.detach(), target)
+    objects = [{"a": i, "b": str(i)} for i in range(200_000)]
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        torch.nn.functional.cross_entropy(out, target).backward()
+        opt.step()
+
+    def fill_queue() -> None:
+        for _ in range(queued):
+            torch.cuda._sleep(sleep_cycles)
+
+    ways = {
+        "back to back": (plain, None),
+        "autograd inputs": ((loss, logits, target), None),
+        "after other Python": (plain, lambda: _churn(objects, churn_us)),
+        "after a training step": ((loss, logits, target), step),
+    }
+    if device.type == "cuda":  # about 20 µs of GPU time per sleep kernel at the card's clock
+        khz = getattr(torch.cuda.get_device_properties(device), "clock_rate", 1_980_000)  # kHz
+        sleep_cycles = int(20e-6 * khz * 1e3)
+        ways["behind a full queue"] = (plain, fill_queue)
+    out = {}
+    for name, (args, between) in ways.items():
+        times = []
+        for i in range(repeats + 20):
+            if between is not None:
+                between()
+            if i % 8 == 0 and device.type == "cuda" and name != "behind a full queue":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            suite.update(*args)
+            t1 = time.perf_counter()
+            if i >= 20:
+                times.append((t1 - t0) * 1e6)
+        out[name] = _stats(times)
+        print(f"{name:<24}{out[name]['median']:8.1f} µs  [{out[name]['p10']:.1f}, {out[name]['p90']:.1f}]")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder for hook_probe.json")
+    parser.add_argument("--repeats", type=int, default=400)
+    parser.add_argument("--churn", type=float, default=3000.0, help="µs of other Python between two calls")
+    parser.add_argument("--queued", type=int, default=1500, help="kernels queued before each call (full queue)")
+    parser.add_argument("--smoke", action="store_true", help="a few calls on whatever device there is")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    repeats, churn = (5, 50.0) if args.smoke else (args.repeats, args.churn)
+    record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+              "repeats": repeats, "churn_us": churn, "smoke": args.smoke, "queued": args.queued,
+              "update_us": probe(device, repeats, churn, args.queued)}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "hook_probe.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -90,7 +90,7 @@ class FusedMultilabel(ThresholdedMetric):
 def multilabel_scores(tp: torch.Tensor, fp: torch.Tensor, tn: torch.Tensor, fn: torch.Tensor,
                       zero_division: float = 0.0, per_label: bool = False) -> dict[str, torch.Tensor]:
     """Every score with every average (and per label) from per-label counts, as torchmetrics' multilabel metrics:
-    views of the tables of :func:`mentor._thresholded.ratio_tables`, made in a fixed number of tensor operations.
+    views of the tables of ``mentor._thresholded.ratio_tables``, made in a fixed number of tensor operations.
 
     Example:
         >>> tp, fp, tn, fn = torch.tensor([2, 0]), torch.tensor([1, 0]), torch.tensor([1, 4]), torch.tensor([0, 0])

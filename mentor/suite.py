@@ -267,7 +267,7 @@ class FusedMetrics(StaticStates):
     def compute(self) -> dict[str, torch.Tensor]:
         """The mean loss, every score and the count of invalid labels (see the class docstring); reads nothing back,
         also after updates made only under ``torch.compile`` (torchmetrics' compute wrapper asks
-        :attr:`update_called`, which a compiled update sets without a counter that would recompile).
+        ``update_called``, which a compiled update sets without a counter that would recompile).
 
         When the count is not 0, every value (the loss and every score, per class too) is NaN, chosen on the
         device (:func:`mentor.invalid.nan_if_invalid`); the count is the dict's ``"invalid_labels"``, and the
@@ -276,9 +276,9 @@ class FusedMetrics(StaticStates):
 
         It makes a fixed number of tensor operations whatever ``num_classes`` (46 to 55 that are not views,
         counted on the CPU by ``tests/test_suite.py``; 186 when each score had operations of its own): the
-        scores of :func:`mentor._scores.score_tables`, joined with the loss, then one NaN pick for all. On CUDA
+        scores of ``mentor._scores.score_tables``, joined with the loss, then one NaN pick for all. On CUDA
         each is at most one kernel; the kernels per report are counted there by a ``gpu`` test. The values are
-        views of new tensors, so a later ``reset()`` leaves them be (:meth:`_wrap_compute`)."""
+        views of new tensors, so a later ``reset()`` leaves them be (``_wrap_compute``)."""
         table, per = _scores.score_tables(self.tp, self.fp, self.fn, self.zero_division)
         loss = self.loss_sum / self.loss_count
         pieces = [loss.reshape(1), table.reshape(-1)]

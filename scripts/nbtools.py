@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="every book/*.ipynb whose stored run or measurement is stale (those a waiver cannot "
                           "accept are named, and the command then fails)")
     sub.add_argument("--reason", required=True,
-                     help='at most 140 characters, in a reader\'s words: what changed and how it may move the '
+                     help='at most 90 characters, in a reader\'s words: what changed and how it may move the '
                           'numbers, e.g. "the suite\'s report no longer reads back; these overheads include that read"')
     sub.add_argument("--details", help="a longer account, shown folded under the reason")
     sub.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",

@@ -91,7 +91,7 @@ def _page_with_box(title: str):
     from docutils import nodes
 
     box = nodes.admonition("", nodes.title(title, title), nodes.paragraph("The outputs", "The outputs"))
-    return nodes.section("", box), box
+    return nodes.section("", nodes.title("12. Two GPUs", "12. Two GPUs"), nodes.paragraph("Intro.", "Intro."), box), box
 
 
 class _App:
@@ -102,29 +102,38 @@ class _App:
 
 
 def test_the_run_box_shows_a_waiver(tmp_path: Path) -> None:
-    """A waived notebook's "Run this chapter" box gets the waiver's sentence; a notebook without a waiver,
-    and a box with another title, are left alone."""
+    """A waived notebook's page gets the note under its title (with its account folded) and the waiver's sentence in
+    its "Run this chapter" box; a notebook without a waiver, and a box with another title, are left alone."""
     import json
 
     from docutils import nodes
 
     run_box = _run_box()
     meta = {"mentor_sha256": "0123456789abcdef", "executed": "2026-12-01T10:10:47+00:00",
+            "provenance": {"gpu": "NVIDIA H200", "gpu_count": 2},
             "waiver": {"modules": ["lab/worker.py"], "reason": "rerunning needs two GPUs", "accepts": "x"}}
     path = tmp_path / "12.ipynb"
     path.write_text(json.dumps({"metadata": {"mentor": meta}, "cells": []}))
     page, box = _page_with_box("Run this chapter")
-    other_page, other = _page_with_box("Note")
     run_box._show_waiver(_App(path), page)
-    run_box._show_waiver(_App(path), other_page)
     assert [p.astext() for p in box.findall(nodes.paragraph)] == [
-        "The outputs", "The stored run used mentor at 0123456789ab (the hash of its source, 2026-12-01); "
-        "since then mentor/lab/worker.py changed. It was not rerun: rerunning needs two GPUs."]
-    assert len(list(other.findall(nodes.paragraph))) == 1
+        "The outputs", "Rerun pending: the stored run of 2026-12-01 used an earlier mentor; since then, rerunning "
+        "needs two GPUs."]
+    banner = page.children[1]  # right under the title, before the page's first paragraph
+    assert isinstance(banner, nodes.container) and banner["classes"] == ["pending-rerun"]
+    assert banner[0].astext() == ("Rerun pending. Measured on two NVIDIA H200 GPUs on 2026-12-01, with an earlier "
+                                  "mentor; since then, rerunning needs two GPUs.")
+    assert banner[1].astext() == (
+        "<details><summary>What changed</summary><p>The stored run used mentor at 0123456789ab (the hash of its "
+        "source). Since then: mentor/lab/worker.py changed.</p></details>")
+    assert page.children[2].astext() == "Intro."
+    other_page, other = _page_with_box("Note")
+    run_box._show_waiver(_App(path), other_page)  # no run box: nothing is added, and Sphinx is warned
+    assert len(list(other.findall(nodes.paragraph))) == 1 and not list(other_page.findall(nodes.container))
     path.write_text(json.dumps({"metadata": {"mentor": {"mentor_sha256": "x"}}, "cells": []}))
     page, box = _page_with_box("Run this chapter")
     run_box._show_waiver(_App(path), page)
-    assert len(list(box.findall(nodes.paragraph))) == 1
+    assert len(list(box.findall(nodes.paragraph))) == 1 and not list(page.findall(nodes.container))
 
 
 @pytest.mark.book
@@ -274,7 +283,7 @@ def test_the_run_box_examples_hold() -> None:
     import doctest
 
     result = doctest.testmod(_run_box(), optionflags=doctest.ELLIPSIS)
-    assert result.attempted == 9 and result.failed == 0
+    assert result.attempted == 11 and result.failed == 0
 
 
 @pytest.mark.parametrize(("provenance", "shown"), [({"gpu": "NVIDIA H200", "gpu_count": 2}, "two NVIDIA H200 GPUs"),

@@ -323,7 +323,8 @@ def test_a_pending_rerun_is_said_under_the_title_in_four_phone_lines_at_most(bro
                                                      + _shot(page, f"{name}-banner.png"))
             assert text.inner_text().startswith("Rerun pending.")
             assert banner.locator("details").first.get_attribute("open") is None  # folded until opened
-            title_box = page.locator("main h1").first.bounding_box()
+            title_box = page.locator("article h1").first.bounding_box()
+            assert title_box is not None, f"{name}: no visible title" + _shot(page, f"{name}-banner.png")
             assert title_box["y"] < banner.bounding_box()["y"] < title_box["y"] + title_box["height"] + 60, (
                 f"{name}: the note is not right under the title" + _shot(page, f"{name}-banner.png"))
     finally:

@@ -37,7 +37,7 @@ class WaiverRefused(ValueError):
     """``waive`` cannot accept the notebook's change (it is not a mentor change only, or there is none)."""
 
 
-REASON_LIMIT = 140
+REASON_LIMIT = 90
 """The longest reason a waiver takes, in characters: the page shows it at the top of the chapter, with the run's GPU
 and date, in at most four lines at a phone's width (390 px); a longer account goes in ``details``, folded."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -148,6 +149,7 @@ def _ends_in_semicolon(code: str) -> bool:
     return bool(tokens) and tokens[-1].string == ";"
 
 
+@functools.lru_cache(maxsize=2048)
 def module_fingerprint(text: str) -> str:
     r"""What of a ``mentor`` module's ``text`` can change what it does: its syntax tree without bare strings.
 
@@ -160,7 +162,8 @@ def module_fingerprint(text: str) -> str:
         return "text:" + text
 
 
-def imported_modules(source: str, module: str = "") -> set[str]:
+@functools.lru_cache(maxsize=2048)
+def imported_modules(source: str, module: str = "") -> frozenset[str]:
     """Dotted names of the ``mentor`` modules that Python ``source`` may import.
 
     Counts ``import mentor.x``, ``from mentor import x``, relative imports inside the package
@@ -188,7 +191,7 @@ def imported_modules(source: str, module: str = "") -> set[str]:
             names.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             names.update("mentor" + match for match in MENTOR_NAME.findall(node.value))
-    return {name for name in names if name == "mentor" or name.startswith("mentor.")}
+    return frozenset(name for name in names if name == "mentor" or name.startswith("mentor."))
 
 
 def _module_file(name: str, package: Path) -> Path | None:

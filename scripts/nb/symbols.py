@@ -37,6 +37,7 @@ classes, each as its syntax tree without docstrings, so that a change elsewhere 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -208,10 +209,16 @@ def _calls_at_import(node: ast.AST) -> bool:
 
 
 def read_module(name: str, path: Path) -> Module:
-    """``path`` (module ``name``; a package's ``__init__.py`` is read as ``name``) split into chunks."""
+    """``path`` (module ``name``; a package's ``__init__.py`` is read as ``name``) split into chunks; the same text
+    read before is not parsed again."""
+    return _read_module(name, path, path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_module(name: str, path: Path, text: str) -> Module:
     from nb.hashes import _tree_text, _without_bare_strings
 
-    tree = _without_bare_strings(ast.parse(path.read_text(encoding="utf-8")))
+    tree = _without_bare_strings(ast.parse(text))
     inside = name + ".__init__" if path.name == "__init__.py" else name
     chunks: dict[str, Chunk] = {}
     top: list[ast.AST] = []

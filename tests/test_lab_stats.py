@@ -17,7 +17,7 @@ from mentor.lab.stats import RESAMPLES, Interval, Result, drift, paired_overhead
 def test_interval_str():
     assert str(Interval(7.0, 6.1, 8.0)) == "+7.0 % [6.1, 8.0]"
     assert str(Interval(-2.345, -3.0, -1.25)) == "-2.3 % [-3.0, -1.2]"
-    assert str(Interval(0.0, -0.04, 0.04)) == "+0.0 % [-0.0, 0.0]"
+    assert str(Interval(0.0, -0.04, 0.04)) == "+0.0 % [-0.04, 0.04]"  # not "[-0.0, 0.0]": each end shows its side
     assert Interval(7.0, 6.1, 8.0).fmt(2) == "+7.00 % [6.10, 8.00]"
     assert Interval(12.5, 6.1, 18.0).fmt(0) == "+12 % [6, 18]"
     assert str(Interval(7.0, math.nan, math.nan)) == "+7.0 % [one round: no interval]"
@@ -270,3 +270,28 @@ def test_drift_default_window_is_50():
 def test_drift_averages_in_float64():
     # float32 input: 2**24 + 1 rounds to 2**24 in float32 (ties to even), so a float32 mean would be 2**23
     assert drift(np.array([2.0 ** 24, 1.0], dtype=np.float32), window=2) == [(2 ** 24 + 1) / 2]
+
+
+# --- printed numbers show their side of 0 (issue 51) ---
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mentor.lab.stats import number  # noqa: E402
+
+
+def test_numbers_that_would_print_as_zero_get_the_decimals_that_show_their_sign() -> None:
+    assert [number(v) for v in (0.009, -0.04, 0.045, -0.0004, 0.0, -0.0, 12.34)] == [
+        "0.01", "-0.04", "0.04", "-0.0004", "0.0", "0.0", "12.3"]
+    assert number(0.026, sign=True) == "+0.03" and number(0.0, sign=True) == "+0.0"
+    assert str(Interval(0.027, 0.009, 0.045)) == "+0.03 % [0.01, 0.04]"  # chapter 8's "+0.0 [0.0, 0.0]" row
+    assert Interval(5.1, 0.0226, 11.3).fmt(1) == "+5.1 % [0.02, 11.3]"  # chapter 16's "[0.0, 11.3]"
+    assert Interval(-0.02, -0.04, 0.01).cell(1) == "-0.02 [-0.04, 0.01]"
+    with pytest.raises(ValueError, match="digits must be an int >= 0, got -1"):
+        number(1.0, -1)
+
+
+@given(st.floats(-1e3, 1e3, allow_nan=False).filter(lambda v: v == 0 or abs(v) > 1e-12), st.integers(0, 3))
+def test_a_printed_number_has_the_sign_of_the_number(value: float, digits: int) -> None:
+    printed = float(number(value, digits))
+    assert (printed > 0) == (value > 0) and (printed < 0) == (value < 0)

@@ -118,3 +118,59 @@ def test_moved_lists_the_labels_whose_runs_do_not_overlap_in_the_later_runs_orde
 def test_moved_refuses_runs_of_different_configurations() -> None:
     with pytest.raises(ValueError, match=r"\['b'\] appear in one run only"):
         moved({"a": Interval(1.0, 0.0, 2.0)}, {"a": Interval(1.0, 0.0, 2.0), "b": Interval(1.0, 0.0, 2.0)})
+
+
+# --- the book's one rule for "resolved" (issue 51) ---
+
+from mentor.lab.wording import RESOLUTION, RULE, resolved  # noqa: E402
+
+
+def test_the_resolution_rule_on_the_cases_the_book_met() -> None:
+    """Chapter 9's bf16 batch 32: +3.0 % [0.3, 5.8] against an A/A of +1.6 % [-1.6, 5.1] (6.7 points wide, half of
+    it 3.35) is not resolved; its fp32 batch 32 rankings overlap an A/A that missed 0, so they are not ranked."""
+    assert RESOLUTION == 0.5 and "half the width of the same run's A/A interval" in RULE
+    bf16_aa = Interval(1.6, -1.6, 5.1)
+    assert resolved(Interval(3.0, 0.3, 5.8), bf16_aa) == "not resolved"
+    assert resolved(Interval(3.35, 0.3, 5.8), bf16_aa) == "above 0"  # exactly half the width: resolved
+    assert resolved(Interval(-3.4, -6.0, -0.5), bf16_aa) == "below 0"
+    missed = Interval(-4.1, -6.4, -1.6)
+    assert resolved(Interval(-6.2, -8.6, -3.7), missed) == "not resolved"  # sync-free macro vs macro
+    assert resolved(Interval(-5.2, -8.2, -2.2), missed) == "not resolved"  # suite vs grouped set
+    assert resolved(Interval(-9.0, -11.0, -7.0), missed) == "below 0"  # clear of the biased A/A too
+    assert resolved(Interval(0.5, -0.5, 1.5), bf16_aa) == resolved(Interval(0.5, -0.5, 1.5)) == "not resolved"
+    assert resolved(Interval(3.0, 0.3, 5.8)) == "above 0"  # a run with no A/A: the side of 0 decides
+    assert resolved(Interval(3.0, math.nan, math.nan), bf16_aa) == "without an interval"
+
+
+def test_the_resolution_rule_refuses_an_aa_without_an_interval_and_names_it() -> None:
+    with pytest.raises(ValueError, match=r"aa must be the A/A's interval over at least two rounds, got \+1.0 % "
+                                         r"\[one round: no interval\]: pass aa=None"):
+        resolved(Interval(3.0, 1.0, 5.0), Interval(1.0, math.nan, math.nan))
+    with pytest.raises(TypeError, match="aa must be a mentor.lab.stats.Interval"):
+        resolved(Interval(3.0, 1.0, 5.0), (0.0, -1.0, 1.0))  # type: ignore[arg-type]
+
+
+@given(st.floats(-20, 20), st.floats(0, 10), st.floats(0, 10), st.floats(-5, 5), st.floats(0.01, 8))
+def test_a_resolved_difference_is_clear_of_zero_and_of_half_the_aa(point: float, below: float, above: float,
+                                                                    aa_point: float, aa_half: float) -> None:
+    interval, aa = Interval(point, point - below, point + above), Interval(aa_point, aa_point - aa_half,
+                                                                              aa_point + aa_half)
+    verdict = resolved(interval, aa)
+    clear = side(interval) in ("above 0", "below 0")
+    big = abs(point) >= RESOLUTION * (aa.hi - aa.lo)
+    biased = side(aa) != "containing 0" and overlap(interval, aa)
+    assert verdict == (side(interval) if clear and big and not biased else "not resolved")
+
+
+def test_a_comparison_with_an_aa_judges_its_verdicts_by_the_rule() -> None:
+    """The same configuration is "slower" without an A/A and "no difference resolved" beside a wide one."""
+    base = [[10.0, 10.0], [10.0, 10.0], [10.0, 10.0]]
+    cfg = [[10.3, 10.3], [10.3, 10.3], [10.3, 10.3]]  # +3 % in every round
+    wide_aa = [[9.5, 9.5], [10.0, 10.0], [10.5, 10.5]]  # -5 % to +5 %: 10 points wide
+    alone = Comparison([Result("no metrics", "", base), Result("cfg", "", cfg)], "no metrics", 8)
+    beside = Comparison([Result("no metrics", "", base), Result("no metrics, again", "", wide_aa),
+                         Result("cfg", "", cfg)], "no metrics", 8)
+    assert alone.aa is None and beside.aa == "no metrics, again"
+    assert alone.verdict("cfg") == "slower" and beside.verdict("cfg") == "no difference resolved"
+    assert beside.facts("cfg")["verdict"] == beside.facts("cfg")["tput_verdict"] == "no difference resolved"
+    assert beside.verdict("no metrics, again") == "no difference resolved"  # the A/A against 0 itself

@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from mentor.lab.stats import KINDS, Interval, Result, _short, paired_overhead
-from mentor.lab.wording import side
+from mentor.lab.wording import resolved, side
 
 _VERDICTS = {"above 0": "slower", "below 0": "faster", "containing 0": "no difference resolved",
-             "without an interval": "no interval (1 round)"}
-"""A verdict for each side of 0 that :func:`mentor.lab.wording.side` names."""
+             "not resolved": "no difference resolved", "without an interval": "no interval (1 round)"}
+"""A verdict for each answer of :func:`mentor.lab.wording.resolved` (and :func:`~mentor.lab.wording.side`)."""
+AA_NAMES = ("no metrics, again", "no metrics again")
+"""The names under which the book's comparisons run the baseline a second time (the A/A): see :attr:`Comparison.aa`."""
 
 NAME_WIDTH = 22
 """Configuration names longer than this are truncated in :meth:`Comparison.table`."""
@@ -108,8 +110,16 @@ class Comparison:
         base = self.baseline if against is None else self[against].name
         return paired_overhead(self[name].round_step_ms, self[base].round_step_ms, kind, level, self.seed)
 
+    @property
+    def aa(self) -> str | None:
+        """The configuration that runs the baseline a second time (the A/A; its name is one of :data:`AA_NAMES`),
+        or None when the comparison has none."""
+        return next((r.name for r in self.results if r.name in AA_NAMES and r.name != self.baseline), None)
+
     def verdict(self, name: str, kind: str = "median", against: str | None = None) -> str:
-        """``"slower"`` when the interval lies above 0, ``"faster"`` below, ``"no difference resolved"`` otherwise.
+        """``"slower"`` or ``"faster"`` when the run resolves a difference by the book's rule
+        (:func:`mentor.lab.wording.resolved`, with this comparison's A/A of the same ``kind`` when it has one), else
+        ``"no difference resolved"``; the A/A itself is judged by the side of 0 its interval lies on.
 
         ``"baseline"`` for the baseline, ``"no interval (1 round)"`` with one round.
 
@@ -118,12 +128,15 @@ class Comparison:
             >>> cmp.verdict("a"), cmp.verdict("b")
             ('baseline', 'faster')
         """
-        return self._judge(name, self.overhead(name, kind, against=against), against)
+        return self._judge(name, self.overhead(name, kind, against=against), against, kind)
 
-    def _judge(self, name: str, interval: Interval, against: str | None = None) -> str:
+    def _judge(self, name: str, interval: Interval, against: str | None = None, kind: str = "median") -> str:
         if name == (self.baseline if against is None else against):
             return "baseline"
-        return _VERDICTS[side(interval)]
+        aa = self.aa
+        if aa is None or name == aa or self.rounds < 2:
+            return _VERDICTS[side(interval)]
+        return _VERDICTS[resolved(interval, self.overhead(aa, kind))]
 
     def images_per_s(self, name: str) -> float:
         """Images per second over all timed steps, report steps included: batch x steps / total time."""
@@ -169,7 +182,7 @@ class Comparison:
         return {
             "median_ms": r.median_ms, "images_per_s": self.images_per_s(name),
             "overhead": str(median), "tput_overhead": str(tput),
-            "verdict": self._judge(name, median), "tput_verdict": self._judge(name, tput),
+            "verdict": self._judge(name, median), "tput_verdict": self._judge(name, tput, kind="throughput"),
             "report_ms": math.nan if report is None else report,
             "syncs": math.nan if r.syncs_per_step is None else r.syncs_per_step,
             "report_syncs": math.nan if r.report_syncs is None else r.report_syncs,
@@ -188,7 +201,7 @@ class Comparison:
                 row[f"{prefix}_pct"] = iv.point
                 row[f"{prefix}_lo"] = iv.lo if iv.has_interval else None
                 row[f"{prefix}_hi"] = iv.hi if iv.has_interval else None
-                verdicts[kind] = self._judge(r.name, iv)
+                verdicts[kind] = self._judge(r.name, iv, kind=kind)
             row.update({
                 "images_per_s": self.images_per_s(r.name), "total_ms": math.fsum(r.total_ms),
                 "report_ms": self.report_ms(r.name), "syncs_per_step": r.syncs_per_step,
@@ -216,7 +229,7 @@ class Comparison:
             cells: list[str | None] = [r.name, f"{r.median_ms:.2f}"]
             for kind in KINDS:
                 iv = self.overhead(r.name, kind)
-                cells.append(f"{iv.point:+.1f} [{iv.lo:.1f}, {iv.hi:.1f}]" if iv.has_interval else f"{iv.point:+.1f}")
+                cells.append(iv.cell(1))
             if r.syncs_per_step is None and r.syncs_note:  # the note spans both sync columns
                 cells += [r.syncs_note, None]
             else:

@@ -8,6 +8,7 @@ import os
 import platform
 import shutil
 import subprocess
+import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
@@ -328,6 +329,9 @@ class StoredRun:
     mentor_sha256: str | None
     provenance: dict[str, Any]
     """:func:`environment_report` of the machine that ran it."""
+    pending: bool = False
+    """Whether the run is kept, pending a rerun, across a later change of ``mentor`` (its metadata carries a waiver:
+    ``python scripts/nbtools.py waive``)."""
 
 
 def stored_runs(folder: str | os.PathLike[str] = ".", skip: tuple[str, ...] = ()) -> list[StoredRun]:
@@ -358,7 +362,7 @@ def stored_runs(folder: str | os.PathLike[str] = ".", skip: tuple[str, ...] = ()
             runs.append(StoredRun(path.name, None, None, None, {}))
         else:
             runs.append(StoredRun(path.name, meta.get("executed"), meta.get("duration_s"), meta.get("mentor_sha256"),
-                                  meta.get("provenance") or {}))
+                                  meta.get("provenance") or {}, bool(meta.get("waiver"))))
     return runs
 
 
@@ -368,7 +372,8 @@ _TABLE_WIDTH = 80
 
 
 def stored_runs_table(runs: list[StoredRun]) -> str:
-    """The runs as a table of at most 80 columns, then one line per machine and software they ran on.
+    """The runs as a table of at most 80 columns, then one line per machine and software they ran on, and one that
+    names the runs kept pending a rerun (:attr:`StoredRun.pending`), when there are any.
 
     The notebook column is as wide as the longest name and two spaces, at least 27 columns; a name too long for
     the table to stay within 80 columns (more than 39 characters) is cut, ending in "…". The machines' lines
@@ -376,12 +381,14 @@ def stored_runs_table(runs: list[StoredRun]) -> str:
 
     Example:
         >>> env = {"gpu": "NVIDIA H200", "torch": "2.11.0", "torchmetrics": "1.9.0"}
-        >>> print(stored_runs_table([StoredRun("a.ipynb", "2026-11-30T23:37:04+00:00", 70.46, "dfec03ca303d99", env),
+        >>> print(stored_runs_table([StoredRun("a.ipynb", "2026-11-30T23:37:04+00:00", 70.46, "dfec03ca303d99", env,
+        ...                                    pending=True),
         ...                          StoredRun("b.ipynb", None, None, None, {})]))
         notebook                   executed (UTC)    seconds  mentor
         a.ipynb                    2026-11-30 23:37     70.5  dfec03ca303d
         b.ipynb                    not executed by make gpu-run
         a.ipynb: NVIDIA H200, torch 2.11.0, torchmetrics 1.9.0
+        pending a rerun (measured with an earlier mentor): a.ipynb
     """
     # the columns after the notebook's take 17 + 8 + 2 + 12 = 39 of the 80
     width = min(max([_NOTEBOOK_COLUMN] + [len(run.notebook) + 2 for run in runs]), _TABLE_WIDTH - 39)
@@ -404,4 +411,8 @@ def stored_runs_table(runs: list[StoredRun]) -> str:
     for machine, names in machines.items():
         who = "every run above" if len(names) == len(runs) and len(runs) > 1 else ", ".join(names)
         lines.append(f"{who}: {machine}")
+    pending = [run.notebook for run in runs if run.pending]
+    if pending:
+        lines.append(textwrap.fill(f"pending a rerun (measured with an earlier mentor): {', '.join(pending)}",
+                                   _TABLE_WIDTH, subsequent_indent="  "))
     return "\n".join(lines)

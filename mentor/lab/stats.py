@@ -74,16 +74,52 @@ class Interval:
         return not math.isnan(self.lo)
 
     def fmt(self, digits: int = 1) -> str:
-        """``+7.0 % [6.1, 8.0]`` with ``digits`` decimals; the point always carries its sign."""
+        """``+7.0 % [6.1, 8.0]`` with ``digits`` decimals; the point always carries its sign. A number that is not 0
+        but would print as 0 gets the decimals that show its sign (:func:`number`), so that the printed ends tell
+        on which side of 0 the interval lies.
+
+        Example:
+            >>> Interval(0.027, 0.009, 0.045).fmt(1), Interval(-0.02, -0.04, 0.01).fmt(1)
+            ('+0.03 % [0.01, 0.04]', '-0.02 % [-0.04, 0.01]')
+        """
+        return self.cell(digits).replace(" [", " % [", 1) if self.has_interval else f"{self.cell(digits)} %" + (
+            " [one round: no interval]")
+
+    def cell(self, digits: int = 1) -> str:
+        """:meth:`fmt` without the percent sign, for a table's cell: ``+7.0 [6.1, 8.0]``, or the point alone.
+
+        Example:
+            >>> Interval(7.0, 6.1, 8.0).cell(), Interval(0.0, -0.004, 0.0).cell()
+            ('+7.0 [6.1, 8.0]', '+0.0 [-0.004, 0.0]')
+        """
         if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
             raise ValueError(f"digits must be an int >= 0, got {digits!r}.")
-        point = f"{self.point:+.{digits}f} %"
+        point = number(self.point, digits, sign=True)
         if not self.has_interval:
-            return f"{point} [one round: no interval]"
-        return f"{point} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+            return point
+        return f"{point} [{number(self.lo, digits)}, {number(self.hi, digits)}]"
 
     def __str__(self) -> str:
         return self.fmt(1)
+
+
+def number(value: float, digits: int = 1, sign: bool = False) -> str:
+    """``value`` with ``digits`` decimals, or with more while it is not 0 but would print as 0 or -0 (its first
+    significant digit shown): the book prints an interval's ends this way in text, tables and figure labels, so that
+    a reader sees on which side of 0 each end lies. ``sign`` puts a ``+`` before positive numbers. An exact 0 prints
+    as 0.
+
+    Example:
+        >>> number(0.009), number(-0.0004), number(0.00004), number(0.0), number(2.26, sign=True)
+        ('0.01', '-0.0004', '0.00004', '0.0', '+2.3')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+        raise ValueError(f"digits must be an int >= 0, got {digits!r}.")
+    shown = digits
+    while value != 0 and round(value, shown) == 0 and shown < 15:
+        shown += 1
+    text = f"{value:{'+' if sign else ''}.{shown}f}"
+    return text.replace("-0.", "0.", 1) if value == 0 else text
 
 
 def _check_count_or_none(owner: str, label: str, value: Any) -> None:

@@ -49,6 +49,54 @@ def side(interval: Interval) -> str:
     return "containing 0"
 
 
+RESOLUTION = 0.5
+"""The book's resolution rule (:func:`resolved`): a difference smaller than this share of the width of the same
+run's repeated-baseline (A/A) interval is below what one run resolves, whatever side of 0 its interval lies on."""
+RULE = (f"a difference counts as resolved when its interval lies clear of 0 and its estimate is at least "
+        f"{'half' if RESOLUTION == 0.5 else f'{RESOLUTION:g} times'} the width of the same run's A/A interval away "
+        "from 0; where that A/A interval itself misses 0, a difference whose interval overlaps it is not ranked")
+"""The rule in words, as the chapters that state it glue it."""
+
+
+def resolved(interval: Interval, aa: Interval | None = None) -> str:
+    """The book's one rule for what a run resolves: ``"above 0"`` or ``"below 0"`` when it resolves a difference,
+    ``"not resolved"`` when it does not, ``"without an interval"`` for a one-round estimate.
+
+    A difference is resolved when its interval lies clear of 0 (:func:`side`) and, given ``aa``, the interval of the
+    same run's repeated baseline (the loop compared with itself, which measures no difference):
+
+    - its estimate is at least :data:`RESOLUTION` times the width of ``aa`` away from 0: the A/A shows how widely
+      one run spreads where there is nothing to find, and a smaller difference is within that spread;
+    - and, when ``aa`` itself misses 0 (a run biased where there is nothing to find), its interval does not overlap
+      ``aa``'s: such a difference cannot be told from that bias, so it is not ranked.
+
+    Without ``aa`` (a comparison with no repeated baseline) only the side of 0 decides; a page that uses it so says
+    that its run had no A/A.
+
+    Example:
+        >>> aa = Interval(1.6, -1.6, 5.1)  # 6.7 points wide: half is 3.35
+        >>> resolved(Interval(3.0, 0.3, 5.8), aa), resolved(Interval(4.0, 1.0, 7.0), aa)
+        ('not resolved', 'above 0')
+        >>> resolved(Interval(-6.2, -8.6, -3.7), Interval(-4.1, -6.4, -1.6))  # overlaps an A/A that missed 0
+        'not resolved'
+        >>> resolved(Interval(3.0, 0.3, 5.8))
+        'above 0'
+    """
+    interval = _interval("interval", interval)
+    where = side(interval)
+    if where not in ("above 0", "below 0") or aa is None:
+        return "not resolved" if where == "containing 0" else where
+    aa = _interval("aa", aa)
+    if not aa.has_interval:
+        raise ValueError(f"aa must be the A/A's interval over at least two rounds, got {aa}: pass aa=None for a run "
+                         "without one")
+    if abs(interval.point) < RESOLUTION * (aa.hi - aa.lo):
+        return "not resolved"
+    if side(aa) != "containing 0" and overlap(interval, aa):
+        return "not resolved"
+    return where
+
+
 def tally(intervals: Mapping[str, Interval], name: Iterable[str] = ("above 0", "below 0")) -> str:
     """How many of ``intervals`` lie on each side of 0 (:func:`side`), in the order of :data:`SIDES`; the groups
     in ``name`` also list their labels, each with its interval.

@@ -180,3 +180,17 @@ def test_main_prints_nothing_to_rerun_when_every_run_is_current(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert plan.main([str(stored_split(tmp_path, "a.ipynb", 30.0))]) == 0
     assert capsys.readouterr().out == "nothing to rerun\n"
+
+
+def test_a_run_with_a_prepared_next_version_says_to_copy_it_first(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """book/next/ holds chapters prepared for their next run: the plan names the copy before the call's command."""
+    (tmp_path / "next").mkdir()
+    (tmp_path / "next" / "11_reading_values.ipynb").write_text("{}")
+    monkeypatch.setattr(plan, "BOOK", tmp_path)
+    calls = plan.pack([plan.PlannedRun("11_reading_values.ipynb", 224.0, "pending"),
+                       plan.PlannedRun("16_frameworks.ipynb", 208.0, "pending")])
+    text = plan.format_plan(calls)
+    assert ("  11_reading_values.ipynb: its next version waits in book/next/11_reading_values.ipynb: copy it into "
+            "book/ first, as book/next/README.md says") in text.splitlines()
+    assert "16_frameworks.ipynb: its next version" not in text

@@ -37,10 +37,12 @@ from pathlib import Path
 
 import nbformat
 
-from nb.book import READS, default_notebooks, run_order
+from nb.book import BOOK, READS, default_notebooks, run_order
 from nb.check import stale
 from nb.hashes import code_cells, is_split
 
+NEXT = "next"
+"""The folder of book/ that holds chapters prepared for their next GPU run (book/next/README.md)."""
 CALL_LIMIT_S = 540.0
 """Seconds one call may take, wheels installed and notebooks run: 9 minutes, under the 10 a call is allowed."""
 CALL_OVERHEAD_S = 40.0
@@ -208,6 +210,9 @@ def format_plan(calls: Sequence[Call], start_s: float = MACHINE_START_S, stretch
                  else f"in the first {minutes} stretch" if call.in_stretch else "in a later stretch")
         lines.append(f"Call {number}: ~{call.seconds:.0f} s, {where}")
         lines += [f"  {r.name} ({_secs(r.seconds)}, {r.why})" for r in call.runs]
+        lines += [f"  {r.name}: its next version waits in {prepared}: copy it into book/ first, as "
+                  f"{prepared.parent}/README.md says" for r in call.runs
+                  if (prepared := Path("book") / NEXT / r.name) and (BOOK / NEXT / r.name).is_file()]
         if call.flag == TOO_LONG:
             lines += ["  too long for one call: start it in the background with scripts/device_job.sh (the command",
                       "  below), which waits on it over several calls: then run `bash scripts/device_job.sh` in each",

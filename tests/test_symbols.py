@@ -122,9 +122,10 @@ def test_module_aliases_are_followed_through_their_attributes(tmp_path: Path) ->
         root, "from mentor.lab.configs import catalogue\ncatalogue()")
     assert reached(root, "import mentor.lab.configs\nmentor.lab.configs.catalogue()") == reached(
         root, "from mentor.lab.configs import catalogue\ncatalogue()")
-    # a module used as a value (passed on, looked into by others): every part of it counts
+    # a module used as a value (passed on, looked into by others), or imported with *: every part of it counts
     assert reached(root, "from mentor import suite\nprint(suite)")["mentor.suite"] == [
         TOP, "Suite", "_check", "helper"]
+    assert reached(root, "from mentor.suite import *\nhelper()")["mentor.suite"] == [TOP, "Suite", "_check", "helper"]
 
 
 def test_what_cannot_be_followed_by_name_counts_whole(tmp_path: Path) -> None:

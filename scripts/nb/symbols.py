@@ -310,8 +310,8 @@ class Reach:
         """Follow an imported name: ``(module, name)``, or ``(module, None)`` for the module itself, which counts
         whole when ``bare`` (used as a value), and only imported otherwise."""
         module_name, name = self._submodule(target)
-        if name is None:
-            (self._whole if bare else self._import)(module_name)
+        if name is None or name == "*":  # the module, or every name of it (``from mentor.x import *``)
+            (self._whole if bare or name == "*" else self._import)(module_name)
             return
         module = self._import(module_name)
         if module is None:
@@ -348,6 +348,8 @@ class Reach:
             self._import(module_name)
             if key.startswith("\0"):
                 self._import(target[0])
+            if name == "*":  # every public name of the module, read by names this analysis cannot tie to it
+                self._whole(module_name)
         attributes: dict[str, set[str]] = {}
         for base, attr in chunk.attributes:
             attributes.setdefault(base, set()).add(attr)

@@ -210,9 +210,8 @@ def format_plan(calls: Sequence[Call], start_s: float = MACHINE_START_S, stretch
                  else f"in the first {minutes} stretch" if call.in_stretch else "in a later stretch")
         lines.append(f"Call {number}: ~{call.seconds:.0f} s, {where}")
         lines += [f"  {r.name} ({_secs(r.seconds)}, {r.why})" for r in call.runs]
-        lines += [f"  {r.name}: its next version waits in {prepared}: copy it into book/ first, as "
-                  f"{prepared.parent}/README.md says" for r in call.runs
-                  if (prepared := Path("book") / NEXT / r.name) and (BOOK / NEXT / r.name).is_file()]
+        lines += [f"  {r.name}: its next version waits in book/{NEXT}/{r.name}: copy it into book/ first, as "
+                  f"book/{NEXT}/README.md says" for r in call.runs if (BOOK / NEXT / r.name).is_file()]
         if call.flag == TOO_LONG:
             lines += ["  too long for one call: start it in the background with scripts/device_job.sh (the command",
                       "  below), which waits on it over several calls: then run `bash scripts/device_job.sh` in each",

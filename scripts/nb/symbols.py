@@ -26,8 +26,8 @@ modules, statically, from the notebook's code cells:
 What this cannot see, and so does not count: a function reached only through a name computed at run time
 (``getattr(module, name)`` with a name that is not a constant, an attribute set on a module from outside), a
 method of a class whose instances are made outside the notebook's process by code that does not name the class
-(unpickling), and annotations (they are not evaluated at run time under ``from __future__ import annotations``,
-which every module uses). Within those limits it over-counts rather than misses: a name is followed in every
+(unpickling), and annotations (every module that defines functions uses ``from __future__ import annotations``,
+under which they are not evaluated at run time). Within those limits it over-counts rather than misses: a name is followed in every
 scope that could bind it, local variables that shadow a module-level name included.
 
 Each module file's hash (:func:`reached_sources`) covers its module-level code and the reached functions and

@@ -82,7 +82,7 @@ READS: dict[str, tuple[str, ...]] = {
     "08_summary.ipynb": ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb"),
     "15_what_to_use.ipynb": ("09_when_it_matters.ipynb", "14_compile.ipynb"),
     "intro.ipynb": ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb", "08_summary.ipynb",
-                    "09_when_it_matters.ipynb"),
+                    "09_when_it_matters.ipynb", "14_compile.ipynb", "16_frameworks.ipynb"),
 }
 """Notebooks that read the results files other notebooks write (``results/...``), or the values they glued: the
 stored run (or, of a split notebook, the render) of each must be newer than the stored runs of those it reads. ``reproducibility.ipynb`` reads every notebook's metadata, so its run

@@ -80,7 +80,7 @@ def run_order(notebooks: Sequence[Path]) -> list[Path]:
 
 READS: dict[str, tuple[str, ...]] = {
     "08_summary.ipynb": ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb"),
-    "15_what_to_use.ipynb": ("09_when_it_matters.ipynb", "14_compile.ipynb"),
+    "15_what_to_use.ipynb": ("09_when_it_matters.ipynb", "14_compile.ipynb", "16_frameworks.ipynb"),
     "intro.ipynb": ("02_naive_metrics.ipynb", "05_weight.ipynb", "06_nan_check.ipynb", "08_summary.ipynb",
                     "09_when_it_matters.ipynb", "14_compile.ipynb", "16_frameworks.ipynb"),
 }

@@ -79,7 +79,7 @@ def test_the_table_aligns_its_columns_and_ends_with_the_verdict() -> None:
     table = targets_table([Target("eager fp32 b128", Interval(0.0, -0.01, 0.01), Interval(0.1, 0.04, 0.1), 0.29),
                            Target("Lightning bf16 b32", Interval(4.7, -4.0, 16.2), Interval(9.6, 1.5, 19.0))])
     assert table.splitlines() == [
-        "loop                A/A                   A/A is  suite               target",
-        "eager fp32 b128     +0.0 % [-0.01, 0.01]  narrow  +0.1 % [0.04, 0.1]  met",
-        "Lightning bf16 b32  +4.7 % [-4.0, 16.2]   wide    +9.6 % [1.5, 19.0]  missed",
+        "loop                A/A                   A/A is  suite               host / step  target",
+        "eager fp32 b128     +0.0 % [-0.01, 0.01]  narrow  +0.1 % [0.04, 0.1]  0.29 %       met",
+        "Lightning bf16 b32  +4.7 % [-4.0, 16.2]   wide    +9.6 % [1.5, 19.0]  not timed    missed",
     ]

@@ -92,17 +92,19 @@ class Target:
 
 
 def targets_table(targets: list[Target]) -> str:
-    """A plain-text table, one loop per row: the A/A interval, which test applies, the suite's interval and the
-    verdict (:meth:`Target.said` gives the numbers behind a verdict in words).
+    """A plain-text table, one loop per row: the A/A interval, which test applies, the suite's interval, its host
+    time per step (% of the step; "not timed" where the loop has none) and the verdict (:meth:`Target.said` gives
+    the numbers behind a verdict in words).
 
     Example:
-        >>> print(targets_table([Target("a", Interval(0.0, -0.1, 0.1), Interval(0.8, 0.3, 1.3))]))
-        loop  A/A                 A/A is  suite              target
-        a     +0.0 % [-0.1, 0.1]  narrow  +0.8 % [0.3, 1.3]  missed
+        >>> print(targets_table([Target("a", Interval(0.0, -0.1, 0.1), Interval(0.8, 0.3, 1.3), 0.25)]))
+        loop  A/A                 A/A is  suite              host / step  target
+        a     +0.0 % [-0.1, 0.1]  narrow  +0.8 % [0.3, 1.3]  0.25 %       missed
     """
     if not targets:
         raise ValueError("targets_table needs at least one Target")
-    rows = [("loop", "A/A", "A/A is", "suite", "target")]
-    rows += [(t.loop, str(t.aa), t.test.split()[0], str(t.suite), t.verdict) for t in targets]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows)
+    rows = [("loop", "A/A", "A/A is", "suite", "host / step", "target")]
+    rows += [(t.loop, str(t.aa), t.test.split()[0], str(t.suite),
+              "not timed" if t.host_share is None else f"{t.host_share:.2f} %", t.verdict) for t in targets]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows)

@@ -174,3 +174,91 @@ def test_a_comparison_with_an_aa_judges_its_verdicts_by_the_rule() -> None:
     assert alone.verdict("cfg") == "slower" and beside.verdict("cfg") == "no difference resolved"
     assert beside.facts("cfg")["verdict"] == beside.facts("cfg")["tput_verdict"] == "no difference resolved"
     assert beside.verdict("no metrics, again") == "no difference resolved"  # the A/A against 0 itself
+
+
+# --- withdrawals: a missed A/A takes back the rankings whose intervals overlap it -----------------------------
+
+def test_a_missed_aa_withdraws_the_rankings_that_overlap_it() -> None:
+    """Chapter 9's case of issue 51: the A/A missed 0 at -4.1 % [-6.4, -1.6]; -6.2 % [-8.6, -3.7] overlaps it."""
+    from mentor.lab.wording import withdrawn
+    aa = Interval(-4.1, -6.4, -1.6)
+    assert withdrawn(Interval(-6.2, -8.6, -3.7), aa) is True
+    assert withdrawn(Interval(-5.2, -8.2, -2.2), aa) is True
+    assert withdrawn(Interval(-9.0, -11.0, -6.5), aa) is False  # clear of the miss: still ranked
+    assert withdrawn(Interval(-9.0, -11.0, -6.4), aa) is True  # touching ends overlap
+    assert withdrawn(Interval(-1.0, -2.0, 0.5), aa) is False  # contains 0: never ranked, nothing to withdraw
+    assert withdrawn(Interval(-6.2, -8.6, -3.7), Interval(-1.0, -2.0, 0.1)) is False  # the A/A contains 0
+
+
+def test_withdrawn_refuses_one_round_estimates_and_non_intervals_by_name() -> None:
+    from mentor.lab.wording import withdrawn
+    with pytest.raises(ValueError, match="one-round run ranks nothing"):
+        withdrawn(Interval(-6.2, NAN, NAN), Interval(-4.1, -6.4, -1.6))
+    with pytest.raises(TypeError, match="aa must be a mentor.lab.stats.Interval"):
+        withdrawn(Interval(-6.2, -8.6, -3.7), (-4.1, -6.4, -1.6))  # type: ignore[arg-type]
+
+
+def test_by_verdict_groups_points_in_order_and_lists_withdrawn_ones_last() -> None:
+    from mentor.lab.wording import by_verdict
+    verdicts = {"fp32 b128": "no difference resolved", "fp32 b32": "faster", "bf16 b32": "faster",
+                "bf16 b128": "slower"}
+    assert by_verdict(verdicts) == ("not resolved from it at fp32 b128; cheaper at fp32 b32, bf16 b32; "
+                                    "dearer at bf16 b128")
+    assert by_verdict(verdicts, unranked=["fp32 b32"]) == (
+        "not resolved from it at fp32 b128; cheaper at bf16 b32; dearer at bf16 b128; "
+        "not ranked in that run (its repeated loop missed 0 there) at fp32 b32")
+    assert by_verdict({"a": "slower"}, said={"slower": "slower than the grouped set"}) == (
+        "slower than the grouped set at a")
+
+
+def test_by_verdict_refuses_unknown_points_and_an_empty_run() -> None:
+    from mentor.lab.wording import by_verdict
+    with pytest.raises(ValueError, match=r"unranked names points that verdicts does not hold: \['fp32 b16'\]"):
+        by_verdict({"fp32 b32": "faster"}, unranked=["fp32 b16"])
+    with pytest.raises(ValueError, match="at least one point"):
+        by_verdict({})
+
+
+@given(st.dictionaries(st.sampled_from(["p1", "p2", "p3", "p4", "p5"]),
+                       st.sampled_from(["faster", "slower", "no difference resolved"]), min_size=1),
+       st.data())
+def test_by_verdict_names_every_point_once(verdicts: dict[str, str], data: st.DataObject) -> None:
+    from mentor.lab.wording import by_verdict
+    unranked = data.draw(st.lists(st.sampled_from(sorted(verdicts)), unique=True))
+    text = by_verdict(verdicts, unranked=unranked)
+    named = [p.strip() for group in text.split("; ") for p in group.split(" at ", 1)[1].split(",")]
+    assert sorted(named) == sorted(verdicts)
+    for p in unranked:
+        assert f"missed 0 there) at {', '.join(unranked)}" in text and p in text
+
+
+def test_a_made_up_run_whose_aa_missed_is_cited_as_not_ranked(tmp_path) -> None:
+    """A made-up source: its repeated loop ran 4 % faster than the baseline in every round (a miss), and the pair it
+    would rank (b against a) lies in that miss. The verdict withdraws it, the source's computed list says "not
+    ranked", and a page that reads the source's stored glue keeps that word instead of deciding again."""
+    import json
+
+    from mentor.lab.stored import glued
+    from mentor.lab.wording import by_verdict, withdrawn
+    base = [[10.0, 10.0], [10.0, 10.2], [10.2, 10.0], [10.1, 10.1]]
+    aa = [[9.6, 9.6], [9.6, 9.8], [9.8, 9.6], [9.7, 9.7]]  # -4 %: the loop compared with itself missed 0
+    a = [[10.0, 10.0], [10.0, 10.2], [10.2, 10.0], [10.1, 10.1]]
+    b = [[9.7, 9.7], [9.3, 9.5], [9.8, 9.5], [9.4, 9.4]]  # about -5 % against a, its interval over the miss
+    cmp = Comparison([Result("no metrics", "", base), Result("no metrics, again", "", aa), Result("a", "", a),
+                      Result("b", "", b)], "no metrics", 8)
+    pair, miss = cmp.overhead("b", kind="throughput", against="a"), cmp.overhead("no metrics, again", kind="throughput")
+    assert side(miss) == "below 0" and side(pair) == "below 0"  # each interval alone would rank b as cheaper
+    assert withdrawn(pair, miss)
+    assert cmp.verdict("b", kind="throughput", against="a") == "no difference resolved"
+    listed = by_verdict({"p": cmp.verdict("b", kind="throughput", against="a")}, unranked=["p"])
+    assert listed == "not ranked in that run (its repeated loop missed 0 there) at p"
+    # the source stores the list and the withdrawal as glued values; the citing page reads them back
+    outputs = [{"output_type": "display_data", "metadata": {"scrapbook": {"name": name}},
+                "data": {"application/papermill.record/text/plain": repr(value)}}
+               for name, value in (("b_vs_a", listed), ("unranked", {"p": ["b against a"]}))]
+    source = tmp_path / "source.ipynb"
+    source.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": outputs}],
+                                  "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    stored = glued(source)
+    assert stored["unranked"] == {"p": ["b against a"]}
+    assert "not ranked in that run" in stored["b_vs_a"] and "cheaper" not in stored["b_vs_a"]

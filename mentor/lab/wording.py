@@ -158,3 +158,57 @@ def moved(before: Mapping[str, Interval], after: Mapping[str, Interval]) -> list
         only = sorted(set(before) ^ set(after))
         raise ValueError(f"moved compares the same configurations in two runs; {only} appear in one run only")
     return [label for label in after if not overlap(before[label], after[label])]
+
+
+def withdrawn(interval: Interval, aa: Interval) -> bool:
+    """Whether the same run's missed A/A withdraws the ranking that ``interval`` would give.
+
+    True when ``interval`` lies clear of 0 (:func:`side`) while ``aa``, the interval of the run's repeated baseline,
+    misses 0 too and the two overlap: by the book's rule (:func:`resolved`) such a difference cannot be told from the
+    run's bias where there was nothing to find, so the page does not rank it. A difference that contains 0 was never
+    ranked, and an A/A that contains 0 withdraws nothing.
+
+    Example:
+        >>> aa = Interval(-4.1, -6.4, -1.6)  # the repeated loop missed 0
+        >>> withdrawn(Interval(-6.2, -8.6, -3.7), aa), withdrawn(Interval(-9.0, -11.0, -7.0), aa)
+        (True, False)
+        >>> withdrawn(Interval(-6.2, -8.6, -3.7), Interval(0.1, -0.5, 0.7))  # an A/A that contains 0
+        False
+    """
+    interval, aa = _interval("interval", interval), _interval("aa", aa)
+    if not (interval.has_interval and aa.has_interval):
+        raise ValueError("withdrawn needs intervals of at least two rounds, got "
+                         f"{interval if not interval.has_interval else aa}: a one-round run ranks nothing")
+    return side(interval) != "containing 0" and side(aa) != "containing 0" and overlap(interval, aa)
+
+
+def by_verdict(verdicts: Mapping[str, str], unranked: Iterable[str] = (),
+               said: Mapping[str, str] | None = None) -> str:
+    """Points grouped by their verdict, in words: ``"cheaper at a, b; not resolved from it at c"``.
+
+    ``verdicts`` maps each point to what :meth:`mentor.lab.comparison.Comparison.verdict` said there; ``said`` turns
+    a verdict into words (by default "faster" is "cheaper", "slower" "dearer", and no difference "not resolved from
+    it"). A point in ``unranked`` (one where the run's missed A/A withdraws the pair, :func:`withdrawn`) is listed
+    last as "not ranked in that run", whatever its verdict, so that a page quoting the list keeps the withdrawal.
+    Groups come in the order their first point appears.
+
+    Example:
+        >>> by_verdict({"fp32 b64": "faster", "fp32 b32": "no difference resolved", "bf16 b32": "faster"},
+        ...            unranked=["fp32 b32"])
+        'cheaper at fp32 b64, bf16 b32; not ranked in that run (its repeated loop missed 0 there) at fp32 b32'
+    """
+    said = {"faster": "cheaper", "slower": "dearer", "no difference resolved": "not resolved from it",
+            **(said or {})}
+    unranked = list(unranked)
+    unknown = [p for p in unranked if p not in verdicts]
+    if unknown:
+        raise ValueError(f"unranked names points that verdicts does not hold: {unknown}; pass points of {list(verdicts)}")
+    groups: dict[str, list[str]] = {}
+    for point, verdict in verdicts.items():
+        if point not in unranked:
+            groups.setdefault(said.get(verdict, verdict), []).append(point)
+    if unranked:
+        groups["not ranked in that run (its repeated loop missed 0 there)"] = unranked
+    if not groups:
+        raise ValueError("by_verdict needs at least one point: pass {point: verdict, ...}")
+    return "; ".join(f"{words} at {', '.join(points)}" for words, points in groups.items())

@@ -52,3 +52,23 @@ def test_both_says_where_two_intervals_lie(first: str, second: str, said: str) -
 def test_both_refuses_a_word_that_is_not_a_verdict() -> None:
     with pytest.raises(ValueError, match="a verdict is one of 'slower', 'faster', 'no difference resolved', got 'worse'"):
         both("slower", "worse")
+
+
+def test_chapter_9_stores_the_withdrawals_its_results_give_and_its_lists_keep_them() -> None:
+    """The glued ``unranked`` of chapter 9's stored run matches its stored results (the sync-free macro pair is
+    listed at a point exactly when the rule withdraws it there), and its quoted list names each such point as not
+    ranked: the word that chapters 8 and 15 quote from it."""
+    from mentor.lab.comparison import load_sweep
+    from mentor.lab.wording import side, withdrawn
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    values = glued(book / "09_when_it_matters.ipynb")
+    results = load_sweep(str(book / "results" / "ch09"))
+    label = "the sync-free macro set against the syncing one"
+    for point, cmp in results.items():
+        aa = cmp.overhead("no metrics, again", kind="throughput")
+        pair = cmp.overhead("macro sync-free", kind="throughput", against="macro")
+        expected = side(aa) != "containing 0" and withdrawn(pair, aa)
+        assert (label in values["unranked"].get(point, [])) == expected, point
+        said = values["msf_vs_macro"].split("not ranked in that run", 1)
+        assert (len(said) == 2 and point in said[1].split("; ")[0]) == expected, point

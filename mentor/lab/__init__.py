@@ -24,6 +24,7 @@ One module per job:
 - ``mentor.lab.wording``: what a run resolved, in words computed from its intervals, for the chapters' glue
 - ``mentor.lab.stored``: what another chapter stored: the values its notebook glued, for pages that gather results
 - ``mentor.lab.targets``: the suite's overhead targets applied to a loop's A/A and suite intervals
+- ``mentor.lab.decomposition``: where the suite's time goes in a loop, read back from a stored decomposition
 - ``mentor.lab.regimes``: which regime each of the book's operating points is in, measured, as a table
 - ``mentor.lab.bench``: the command line, ``python -m mentor.lab.bench``
 - ``mentor.lab.figures``: figures at phone width, glued as SVG with text kept as text

@@ -1,5 +1,5 @@
 """mentor.lab.decomposition: a stored decomposition of the suite's cost read back, on hand-made dicts (exact), and
-the stored run that chapter 14 reads."""
+the stored runs that chapters 9 and 14 read."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ from mentor.lab.decomposition import (
     example_batch,
     example_variant,
     load_decomposition,
+    recorded_differences,
     variants,
 )
 
 REPO = Path(__file__).resolve().parent.parent
 STORED = REPO / "book" / "results" / "decomposition" / "2026-12-07_h100" / "compiled.json"
+STORED_EAGER = STORED.with_name("eager.json")
 
 
 def hand_made() -> dict:
@@ -183,3 +185,113 @@ def test_the_stored_run_that_chapter_14_reads() -> None:
         table = decomposition_table(doc, point, {BASELINE: "none", "suite inside": "suite",
                                                  "suite inside, no report": "no report"})
         assert max(map(len, table.splitlines())) <= 60  # a phone's column
+
+
+def with_hook() -> dict:
+    """:func:`hand_made` with the suite's update timed in the hook, as the eager loop stores it."""
+    doc = hand_made()
+    doc["results"]["bf16 b32"]["variants"][BASELINE]["hook_us"] = None
+    doc["results"]["bf16 b32"]["variants"]["suite"]["hook_us"] = {
+        "free": {"median": 80.5, "mean": 82.0, "p10": 75.0, "p90": 89.5, "n": 40},
+        "gated": {"median": 76.25, "mean": 77.0, "p10": 73.0, "p90": 83.0, "n": 20}}
+    return doc
+
+
+def test_the_hook_is_read_exactly() -> None:
+    loops = variants(with_hook(), "bf16 b32")
+    assert loops[BASELINE].hook_free is None and loops[BASELINE].hook_gated is None
+    assert loops["suite"].hook_free == Spread(median=80.5, mean=82.0, p10=75.0, p90=89.5, n=40)
+    assert loops["suite"].hook_gated == Spread(median=76.25, mean=77.0, p10=73.0, p90=83.0, n=20)
+    without = variants(hand_made(), "bf16 b32")["suite"]  # no 'hook_us' at all, as in older files: no hook
+    assert (without.hook_free, without.hook_gated) == (None, None)
+
+
+def test_a_hook_without_gated_batches_reads_as_none() -> None:
+    doc = with_hook()
+    doc["results"]["bf16 b32"]["variants"]["suite"]["hook_us"]["gated"] = None  # the script's smoke run: no gate
+    suite = variants(doc, "bf16 b32")["suite"]
+    assert suite.hook_gated is None and suite.hook_free.median == 80.5
+
+
+def test_the_table_with_the_hook_is_exact() -> None:
+    table = decomposition_table(with_hook(), "bf16 b32", {BASELINE: "none"})
+    assert table.splitlines()[:10] == [
+        "bf16 b32                   none      suite",
+        "step ms, median           2.500      2.750",
+        "  p10–p90             2.25–3.00  2.50–3.50",
+        "  mean                    2.625      3.000",
+        "host issue µs, gated       2000       1975",
+        "  p10–p90             1800–2500  1750–2250",
+        "hook µs, free                 –         80",
+        "  p10–p90                     –      75–90",
+        "hook µs, gated                –         76",
+        "  p10–p90                     –      73–83",
+    ]
+    assert table.splitlines()[10:] == decomposition_table(hand_made(), "bf16 b32", {BASELINE: "none"}).splitlines()[6:]
+
+
+def test_place_names_the_side() -> None:
+    s = Spread(median=2.5, mean=2.625, p10=2.25, p90=3.0, n=40)
+    assert [s.place(x) for x in (2.25, 3.0, 2.2, 3.1)] == ["inside", "inside", "below", "above"]
+
+
+@pytest.mark.parametrize(("hook", "message"), [
+    ([80.0], "results['bf16 b32']['variants']['suite']['hook_us'] must be None or a dict with 'free' and 'gated', "
+             "got [80.0]"),
+    ({"free": None}, "results['bf16 b32']['variants']['suite']['hook_us'] has no 'gated'"),
+    ({"free": {"median": 1.0}, "gated": None}, "results['bf16 b32']['variants']['suite']['hook_us']['free'] has no "
+                                               "'mean'"),
+])
+def test_a_bad_hook_is_named(hook, message: str) -> None:
+    doc = hand_made()
+    doc["results"]["bf16 b32"]["variants"]["suite"]["hook_us"] = hook
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        variants(doc, "bf16 b32")
+
+
+def run_env() -> dict:
+    return {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07T05:06:57+00:00", "torch": "2.11.0+cu130",
+            "torchmetrics": "1.9.0", "driver": "580.159.04"}
+
+
+def test_recorded_differences_are_exact() -> None:
+    doc = {"meta": {"device": "NVIDIA H100 80GB HBM3", "finished": "2026-12-07 05:26:12",
+                    "versions": {"torch": "2.11.0+cu130", "torchmetrics": "1.9.0"}}}
+    assert recorded_differences(doc, run_env()) == {}
+    assert recorded_differences(doc, run_env() | {"torch": "2.10.0", "date": "2026-12-06T23:59:59+00:00"}) == {
+        "day": ("2026-12-07", "2026-12-06"), "torch": ("2.11.0+cu130", "2.10.0")}
+    assert recorded_differences(doc, {}) == {"GPU": ("NVIDIA H100 80GB HBM3", None), "day": ("2026-12-07", None),
+                                             "torch": ("2.11.0+cu130", None), "torchmetrics": ("1.9.0", None)}
+
+
+@pytest.mark.parametrize(("doc", "env", "message"), [
+    ({}, {}, "the decomposition has no 'meta'"),
+    ({"meta": {"device": "x", "finished": "2026-12-07"}}, {}, "the decomposition's meta has no 'versions'"),
+    ({"meta": {"device": "x", "finished": "2026-12-07", "versions": {"torch": "2.11.0"}}}, {},
+     "the decomposition's meta\\['versions'\\] has no 'torchmetrics'"),
+    ({"meta": {}}, None, "env must be the dict of a chapter's stored environment"),
+])
+def test_recorded_differences_name_bad_input(doc, env, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        recorded_differences(doc, env)
+
+
+def test_the_stored_run_that_chapter_9_reads() -> None:
+    doc = load_decomposition(STORED_EAGER)
+    assert doc["meta"]["device"] == "NVIDIA H100 80GB HBM3" and doc["report_every"] == 50
+    assert recorded_differences(doc, run_env()) == {}
+    assert list(doc["results"]) == ["fp32 b128", "fp32 b32"]
+    for point, (plain, report) in {"fp32 b128": (378.0, 428.0), "fp32 b32": (375.0, 425.0)}.items():
+        loops = variants(doc, point)
+        assert list(loops) == [BASELINE, "suite", "suite, no report"]
+        none, suite, quiet = loops.values()
+        assert none.hook_free is None and none.hook_gated is None
+        assert (suite.hook_free.n, suite.hook_gated.n, quiet.hook_free.n, quiet.hook_gated.n) == (80, 50, 80, 50)
+        assert (none.plain.kernel_launches, suite.plain.kernel_launches, suite.report.kernel_launches,
+                suite.report.syncs, suite.report.graph_launches) == (plain - 1, plain, report, 1.0, 0.0)
+        assert quiet.report is None
+        assert set(changed_kernels(doc, point, "suite")) == {"_update_kernel"}
+        table = decomposition_table(doc, point, {BASELINE: "none", "suite": "suite", "suite, no report": "no report"})
+        assert max(map(len, table.splitlines())) <= 60  # a phone's column
+        assert [line.split()[-1] for line in table.splitlines() if line.startswith("hook")] == ["82", "78"] \
+            if point == "fp32 b128" else ["77", "79"]

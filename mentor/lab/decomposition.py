@@ -7,8 +7,10 @@ time between the starts of free-running batches (CUDA events), the host's time t
 GPU drained and kept busy with a sleep, so that no launch waits for it; report batches sync and are left out),
 and a ``torch.profiler`` run over gated batches, one of which reports: per batch, the GPU time and the number of
 the kernels, copies and memsets it launched, its kernel-launch, CUDA-graph-launch and sync calls, and its host
-time per category. :func:`variants` reads these back for one point, :func:`decomposition_table` prints them, and
-:func:`changed_kernels` lists the kernels whose count differs from the loop without metrics.
+time per category. In the eager loop (``eager.json``) it also stores the update's host time in the hook, in the
+free-running and in the gated batches. :func:`variants` reads these back for one point, :func:`decomposition_table`
+prints them, :func:`changed_kernels` lists the kernels whose count differs from the loop without metrics, and
+:func:`recorded_differences` compares the file's machine and releases with those a chapter's run records.
 
 The profiler's host times are inflated (the profiler adds a cost per event) and the profiled means carry no
 spread; the step and issue times give their 10th and 90th percentiles. A report batch is profiled once per loop.
@@ -58,8 +60,8 @@ class Spread:
 
     Example:
         >>> s = Spread.of({"median": 4.73, "mean": 4.77, "p10": 4.71, "p90": 4.76, "n": 120}, "step_ms")
-        >>> s.holds(4.732), s.holds(4.8), s.range(2)
-        (True, False, '4.71–4.76')
+        >>> s.holds(4.732), s.holds(4.8), s.range(2), s.place(4.8), s.place(4.71)
+        (True, False, '4.71–4.76', 'above', 'inside')
     """
 
     median: float
@@ -86,6 +88,11 @@ class Spread:
     def range(self, digits: int) -> str:
         """``"p10–p90"``, each with ``digits`` decimals."""
         return f"{self.p10:.{digits}f}–{self.p90:.{digits}f}"
+
+    def place(self, value: float) -> str:
+        """Where ``value`` lies against the range from the 10th to the 90th percentile: ``"inside"`` (ends
+        included), ``"above"`` or ``"below"``."""
+        return "inside" if self.holds(value) else "above" if value > self.p90 else "below"
 
 
 @dataclass(frozen=True)
@@ -132,14 +139,30 @@ class ProfiledBatch:
 
 @dataclass(frozen=True)
 class Variant:
-    """One loop of a point: its step time, its gated issue time (None without CUDA: the script's smoke run), and
-    its profiled batch without a report and, where the loop reports, its profiled report batch."""
+    """One loop of a point: its step time, its gated issue time (None without CUDA: the script's smoke run), its
+    profiled batch without a report and, where the loop reports, its profiled report batch. ``hook_free`` and
+    ``hook_gated``: the update's host µs in the hook (``suite.update`` timed with ``perf_counter``) over the
+    free-running and the gated batches, report batches included (the update comes before the report); None where
+    the loop makes no update in a hook (the loop without metrics, every compiled loop) or had no such batches."""
 
     name: str
     step_ms: Spread
     issue_us: Spread | None
     plain: ProfiledBatch
     report: ProfiledBatch | None
+    hook_free: Spread | None = None
+    hook_gated: Spread | None = None
+
+
+def _hook(v: dict[str, Any], where: str) -> tuple[Spread | None, Spread | None]:
+    """A loop's stored ``hook_us`` (None or ``{"free": stats or None, "gated": stats or None}``) as two spreads."""
+    hook = v.get("hook_us")
+    if hook is None:
+        return None, None
+    if not isinstance(hook, dict):
+        raise ValueError(f"{where}['hook_us'] must be None or a dict with 'free' and 'gated', got {hook!r}")
+    return tuple(None if _field(hook, k, f"{where}['hook_us']") is None  # type: ignore[return-value]
+                 else Spread.of(hook[k], f"{where}['hook_us'][{k!r}]") for k in ("free", "gated"))
 
 
 def variants(doc: dict[str, Any], point: str) -> dict[str, Variant]:
@@ -179,7 +202,8 @@ def variants(doc: dict[str, Any], point: str) -> dict[str, Variant]:
             name, Spread.of(_field(v, "step_ms", where), f"{where}['step_ms']"),
             None if issue is None else Spread.of(issue, f"{where}['host_issue_us']"),
             ProfiledBatch.of(plain, count - reports, f"{where}['profile']['plain']"),
-            None if report is None else ProfiledBatch.of(report, reports, f"{where}['profile']['report']"))
+            None if report is None else ProfiledBatch.of(report, reports, f"{where}['profile']['report']"),
+            *_hook(v, where))
     return out
 
 
@@ -201,16 +225,49 @@ def changed_kernels(doc: dict[str, Any], point: str, variant: str) -> dict[str, 
     return {name: (float(k["count"]), float(k["us"])) for name, k in kernels.items() if round(k["count"], 6) != 0}
 
 
+def recorded_differences(doc: dict[str, Any], env: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What the decomposition's ``meta`` records that differs from ``env``, the environment a chapter's stored run
+    records (:func:`mentor.lab.env.environment_report`'s keys): the GPU model, the day (the first 10 characters of
+    the file's ``finished`` and of the run's ``date``), and the torch and torchmetrics releases. What -> (the
+    file's, the run's), for those that differ only; an empty dict where all four agree. A missing entry of ``env``
+    reads as None, so it differs.
+
+    Example:
+        >>> doc = {"meta": {"device": "NVIDIA H100 80GB HBM3", "finished": "2026-12-07 05:26:12",
+        ...                 "versions": {"torch": "2.11.0+cu130", "torchmetrics": "1.9.0"}}}
+        >>> env = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07T05:06:57+00:00", "torch": "2.11.0+cu130",
+        ...        "torchmetrics": "1.9.0"}
+        >>> recorded_differences(doc, env)
+        {}
+        >>> recorded_differences(doc, env | {"gpu": "NVIDIA H200", "date": "2026-12-08T01:00:00+00:00"})
+        {'GPU': ('NVIDIA H100 80GB HBM3', 'NVIDIA H200'), 'day': ('2026-12-07', '2026-12-08')}
+    """
+    meta = _field(doc, "meta", "the decomposition")
+    if not isinstance(env, dict):
+        raise ValueError(f"env must be the dict of a chapter's stored environment (its 'gpu', 'date', 'torch', "
+                         f"'torchmetrics'), got {env!r}")
+    versions = _field(meta, "versions", "the decomposition's meta")
+    day = lambda x: x[:10] if isinstance(x, str) else x  # noqa: E731
+    pairs = {"GPU": (_field(meta, "device", "the decomposition's meta"), env.get("gpu")),
+             "day": (day(_field(meta, "finished", "the decomposition's meta")), day(env.get("date"))),
+             "torch": (_field(versions, "torch", "the decomposition's meta['versions']"), env.get("torch")),
+             "torchmetrics": (_field(versions, "torchmetrics", "the decomposition's meta['versions']"),
+                              env.get("torchmetrics"))}
+    return {what: pair for what, pair in pairs.items() if pair[0] != pair[1]}
+
+
 def _count(x: float) -> str:
     """A mean count: one decimal, none when whole."""
     return f"{x:.1f}".removesuffix(".0")
 
 
 def decomposition_table(doc: dict[str, Any], point: str, names: dict[str, str] | None = None) -> str:
-    """One point's loops side by side: the step (median, p10–p90, mean), the gated issue time, and the profiled
+    """One point's loops side by side: the step (median, p10–p90, mean), the gated issue time, where a loop of the
+    point updates in a hook the update's host time (median, p10–p90; free-running, then gated), and the profiled
     batch without a report and report batch. ``names``: column headings by loop (default the loop's own name).
-    Each column is as wide as its widest cell, two spaces apart (the book's two points, three loops with
-    headings of up to 10 characters: 53 characters). "–": not measured (no report in the loop, no gate).
+    Each column is as wide as its widest cell, two spaces apart (the book's points, three loops with headings of up
+    to 10 characters: 53 characters in chapter 14, 59 in chapter 9). "–": not measured (no report or no hook in
+    the loop, no gate).
 
     Example:
         >>> doc = {"results": {"p": {"variants": {
@@ -235,6 +292,15 @@ def decomposition_table(doc: dict[str, Any], point: str, names: dict[str, str] |
           launches, graphs            –       9, 2
           syncs                       –          1
           host µs, profiled           –        900
+
+        The hook's rows, where a loop updates in one:
+
+        >>> doc["results"]["p"]["variants"]["suite"] = example_variant(2.1, 11, hook_us=80.0)
+        >>> for line in decomposition_table(doc, "p").splitlines():
+        ...     if "hook" in line:
+        ...         print(line)
+        hook µs, free                  –         80
+        hook µs, gated                 –         80
     """
     loops = variants(doc, point)
     rows: list[tuple[str, list[str]]] = [(point, [(names or {}).get(name, name) for name in loops])]
@@ -244,6 +310,11 @@ def decomposition_table(doc: dict[str, Any], point: str, names: dict[str, str] |
              ("  mean", [f"{v.step_ms.mean:.3f}" for v in loops.values()]),
              ("host issue µs, gated", [f"{s.median:.0f}" if s else "–" for s in issue]),
              ("  p10–p90", [s.range(0) if s else "–" for s in issue])]
+    for label, kind in (("hook µs, free", "hook_free"), ("hook µs, gated", "hook_gated")):
+        hooks = [getattr(v, kind) for v in loops.values()]
+        if any(hooks):
+            rows += [(label, [f"{s.median:.0f}" if s else "–" for s in hooks]),
+                     ("  p10–p90", [s.range(0) if s else "–" for s in hooks])]
     for title, kind in (("batch without report", "plain"), ("report batch", "report")):
         batches = [getattr(v, kind) for v in loops.values()]
         rows.append((title, []))
@@ -301,15 +372,20 @@ def example_batch(kernels: float = 10, launches: float = 1, syncs: float = 0) ->
 
 
 def example_variant(step_ms: float, kernels: float, launches: float = 1,
-                    report_launches: float | None = None) -> dict[str, Any]:
+                    report_launches: float | None = None, hook_us: float | None = None) -> dict[str, Any]:
     """A hand-made loop (the script's shape): the same ``step_ms`` at every percentile over 3 batches, no gated
-    time (as without CUDA), 4 profiled batches, one of them a report batch when ``report_launches`` is given.
+    time (as without CUDA), 4 profiled batches, one of them a report batch when ``report_launches`` is given, and
+    where ``hook_us`` is given an update in the hook that took ``hook_us`` in every free-running and gated batch.
 
     Example:
         >>> example_variant(2.0, 10)["step_ms"]
         {'median': 2.0, 'mean': 2.0, 'p10': 2.0, 'p90': 2.0, 'n': 3}
+        >>> example_variant(2.0, 10, hook_us=80.0)["hook_us"]["gated"]
+        {'median': 80.0, 'mean': 80.0, 'p10': 80.0, 'p90': 80.0, 'n': 3}
     """
     report = None if report_launches is None else example_batch(kernels, report_launches, syncs=1)
-    return {"step_ms": dict.fromkeys(("median", "mean", "p10", "p90"), step_ms) | {"n": 3}, "host_issue_us": None,
+    same = lambda x: dict.fromkeys(("median", "mean", "p10", "p90"), x) | {"n": 3}  # noqa: E731
+    return {"step_ms": same(step_ms), "host_issue_us": None,
+            "hook_us": None if hook_us is None else {"free": same(hook_us), "gated": same(hook_us)},
             "profile": {"windows": 4, "report_windows": 0 if report is None else 1,
                         "plain": example_batch(kernels, launches), "report": report}}

@@ -104,8 +104,9 @@ def test_a_library_edit_is_pending_until_waived_and_stales_only_what_runs_it(boo
                 "13_since_1_6_1.ipynb", "14_compile.ipynb", "16_frameworks.ipynb"}
     # the pages that present the suite's values need a render (chapter 12's presenting cells read the worker, whose
     # table of tasks names the suite's configuration; chapter 14's read its compile reports with
-    # mentor.lab.compiled, which reaches the suite): on any machine
-    presenting = {"12_two_gpus.ipynb", "14_compile.ipynb", "adopting.ipynb"}
+    # mentor.lab.compiled, which reaches the suite; chapter 13's rebuild its releases' records with
+    # mentor.lab.releases, whose table of updates names the suite): on any machine
+    presenting = {"12_two_gpus.ipynb", "13_since_1_6_1.ipynb", "14_compile.ipynb", "adopting.ipynb"}
     assert needs == {"gpu": building, "render": presenting}
 
     reason = "a made-up edit of FusedMetrics.compute, to test the pending reruns"

@@ -82,15 +82,20 @@ def test_changed_kernels_keeps_only_counts_that_changed() -> None:
     assert changed_kernels(hand_made(), "bf16 b32", "suite") == {"_update_kernel": (1.0, 4.5), "gone": (-2.0, -1.0)}
 
 
+TABLE_TOP = [
+    "bf16 b32                   none      suite",
+    "step ms, median           2.500      2.750",
+    "  p10–p90             2.25–3.00  2.50–3.50",
+    "  mean                    2.625      3.000",
+    "host issue µs, gated       2000       1975",
+    "  p10–p90             1800–2500  1750–2250",
+]
+"""The first rows of :func:`hand_made`'s table at bf16 b32, with and without hook times: the step and the issue time."""
+
+
 def test_the_table_is_exact() -> None:
     table = decomposition_table(hand_made(), "bf16 b32", {BASELINE: "none"})
-    assert table.splitlines() == [
-        "bf16 b32                   none      suite",
-        "step ms, median           2.500      2.750",
-        "  p10–p90             2.25–3.00  2.50–3.50",
-        "  mean                    2.625      3.000",
-        "host issue µs, gated       2000       1975",
-        "  p10–p90             1800–2500  1750–2250",
+    assert table.splitlines() == TABLE_TOP + [
         "batch without report",
         "  GPU µs                   1250       1254",
         "  kernels, copies        292, 4     293, 4",
@@ -215,13 +220,7 @@ def test_a_hook_without_gated_batches_reads_as_none() -> None:
 
 def test_the_table_with_the_hook_is_exact() -> None:
     table = decomposition_table(with_hook(), "bf16 b32", {BASELINE: "none"})
-    assert table.splitlines()[:10] == [
-        "bf16 b32                   none      suite",
-        "step ms, median           2.500      2.750",
-        "  p10–p90             2.25–3.00  2.50–3.50",
-        "  mean                    2.625      3.000",
-        "host issue µs, gated       2000       1975",
-        "  p10–p90             1800–2500  1750–2250",
+    assert table.splitlines()[:10] == TABLE_TOP + [
         "hook µs, free                 –         80",
         "  p10–p90                     –      75–90",
         "hook µs, gated                –         76",

@@ -10,6 +10,9 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from mentor.lab.stored import GLUE_TEXT, both, glued
 
+stored_book = pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "book").is_dir(),
+                                 reason="reads the stored book, which mutmut's copy of the tree does not hold")
+
 
 def _glue_output(name: str, text: object) -> dict:
     return new_output("display_data", data={GLUE_TEXT: text},
@@ -27,6 +30,7 @@ def test_glued_reads_literals_by_name_and_skips_other_objects(tmp_path: Path) ->
     assert glued(path) == {"bound": "host-bound", "ms": 4.346560001373291, "split": "two lines"}
 
 
+@stored_book
 def test_glued_reads_the_stored_regimes_of_chapter_9() -> None:
     values = glued(Path(__file__).resolve().parents[1] / "book" / "09_when_it_matters.ipynb")
     points = ("fp32_b128", "fp32_b64", "fp32_b32", "bf16_b128", "bf16_b32", "bf16_b32_96px")
@@ -54,6 +58,7 @@ def test_both_refuses_a_word_that_is_not_a_verdict() -> None:
         both("slower", "worse")
 
 
+@stored_book
 def test_chapter_9_stores_the_withdrawals_its_results_give_and_its_lists_keep_them() -> None:
     """The glued ``unranked`` of chapter 9's stored run matches its stored results (the sync-free macro pair is
     listed at a point exactly when the rule withdraws it there), and its quoted list names each such point as not

@@ -75,11 +75,12 @@ from typing import Any
 
 import torch
 
+from mentor.lab.decomposition import GATE, SYNC  # the category names that the reader of these files expects
 from mentor.lab.trace import GPU_CATEGORIES, HOST_API_CATEGORIES, LAUNCH_CALLS, SYNC_CALLS, Event
 
-GATE, NO_EVENT, REST = "measurement gate (excluded)", "no event (main thread)", "rest (other Python, annotations)"
+NO_EVENT, REST = "no event (main thread)", "rest (other Python, annotations)"
 RULES: tuple[tuple[str, str, Any], ...] = (
-    ("sync (host waits)", "api", SYNC_CALLS),
+    (SYNC, "api", SYNC_CALLS),
     ("CUDA-graph launch", "api", ("cudaGraphLaunch", "cuGraphLaunch")),
     ("kernel launch", "api", LAUNCH_CALLS),
     ("copy/memset API", "api prefix", ("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")),

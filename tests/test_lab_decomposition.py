@@ -167,7 +167,8 @@ def test_the_examples_are_the_scripts_shape() -> None:
 
 
 def test_the_categories_are_the_scripts() -> None:
-    """GATE and SYNC name the script's categories: were they renamed there, every host time here would be wrong."""
+    """The script writes its gate and sync categories under the names this module reads (it imports them from
+    here): were it to name them itself, every host time read here could be wrong."""
     name = "decompose_residuals_for_lab_decomposition"
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "decompose_residuals.py")
     script = importlib.util.module_from_spec(spec)

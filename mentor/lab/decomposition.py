@@ -35,10 +35,10 @@ from typing import Any
 BASELINE = "no metrics"
 """The loop every other loop of a point is compared with (the first the script runs)."""
 GATE = "measurement gate (excluded)"
-"""The host category of the script's gate (its drain, sleep and event), left out of a batch's host time
-(``scripts/decompose_residuals.py``'s ``GATE``)."""
+"""The host category of the script's gate (its drain, sleep and event), left out of a batch's host time;
+``scripts/decompose_residuals.py`` imports this name and writes the category under it."""
 SYNC = "sync (host waits)"
-"""The host category of synchronizing CUDA calls (the script's first rule)."""
+"""The host category of synchronizing CUDA calls (the script's first rule, which it names with this)."""
 
 
 def _number(value: Any, where: str) -> float:

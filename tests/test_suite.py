@@ -706,9 +706,21 @@ def test_compute_makes_as_many_operations_with_5_classes_as_with_1000(kwargs, ex
     assert counts == [expected, expected]  # one operation per score and average made 186; one sum per average 46
 
 
+def _counts(preds, target, num_classes):
+    """Per-class tp, fp, tn, fn of label predictions, counted with bincount (not torchmetrics' code)."""
+    tp = torch.bincount(target[preds == target], minlength=num_classes)
+    fp = torch.bincount(preds, minlength=num_classes) - tp
+    fn = torch.bincount(target, minlength=num_classes) - tp
+    return {"tp": tp, "fp": fp, "tn": len(target) - tp - fp - fn, "fn": fn}
+
+
 @pytest.mark.parametrize("num_classes", [37, 40000])
 def test_averages_equal_torchmetrics_bit_for_bit_on_two_cpu_threads(num_classes):
-    """Above 32768 values a CPU sum splits among threads; each average is summed on its own, as torchmetrics'."""
+    """Above 32768 values a CPU sum splits among threads; each average is summed on its own, as torchmetrics'.
+
+    torchmetrics' multiclass update counts with a bincount of num_classes**2 bins (12.8 GB at 40000 classes), so
+    at 40000 the reference metrics get their per-class counts from :func:`_counts` and only run their own
+    ``compute()``; at 37 they run their own update too, and those counts must equal :func:`_counts`'."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -717,11 +729,23 @@ def test_averages_equal_torchmetrics_bit_for_bit_on_two_cpu_threads(num_classes)
                      for name, cls in (("precision", MulticlassPrecision), ("f1", MulticlassF1Score))
                      for average in ("macro", "weighted")}
         gen = torch.Generator().manual_seed(num_classes)
-        logits = torch.randn(4096, num_classes, generator=gen)
         target = torch.randint(0, num_classes, (4096,), generator=gen)
-        suite.update(torch.tensor(1.0), logits, target)
+        # predicted labels, right 60 % of the time: with uniform guesses at 40000 classes almost no class has a
+        # true positive, every precision is 0, and the order of the sum could not show (here it does: summed on
+        # one thread, these averages differ from the two-thread sums in the last bit)
+        right = torch.rand(4096, generator=gen) < 0.6
+        preds = torch.where(right, target, torch.randint(0, num_classes, (4096,), generator=gen))
+        suite.update(torch.tensor(1.0), preds, target)
+        counts = _counts(preds, target, num_classes)
         for metric in reference.values():
-            metric.update(logits, target)
+            if num_classes < 1000:
+                metric.update(preds, target)
+                for state, expected in counts.items():
+                    assert torch.equal(getattr(metric, state), expected), state
+            else:
+                for state, value in counts.items():
+                    setattr(metric, state, value.clone())
+                metric._update_count = 1  # as one update() would leave it, so compute() does not warn
         got = suite.compute()
         for (name, average), metric in reference.items():
             assert torch.equal(got[f"{name}_{average}"], metric.compute()), (name, average)

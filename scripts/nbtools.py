@@ -47,6 +47,30 @@ from nb.waivers import (WaiverRefused, pending_markdown, waive, waive_many, waiv
                         write_readme_pending)
 
 
+def _compare_renders(notebooks: Sequence[Path], out: Path) -> int:
+    """``render --compare-json``: each notebook rendered in a copy and compared with its stored outputs, in turn;
+    the outcomes go to ``out`` (written whole at the end, through a temporary file). Returns 1 if any differs or
+    fails to render."""
+    import json
+    import time
+
+    record: dict[str, dict] = {}
+    for nb_path in notebooks:
+        start = time.perf_counter()
+        try:
+            # rendered in a copy of the notebook's own folder (book/ for the book's chapters)
+            record[str(nb_path)] = {"differences": render_differences(Path(nb_path), book=Path(nb_path).resolve().parent),
+                                    "seconds": time.perf_counter() - start}
+        except Exception as error:  # noqa: BLE001 - recorded, so that the other notebooks are still compared
+            record[str(nb_path)] = {"error": f"{type(error).__name__}: {error}"}
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(record, indent=1))
+    partial.replace(out)
+    bad = [nb for nb, o in record.items() if o.get("error") or o.get("differences")]
+    print(f"{len(record) - len(bad)} of {len(record)} notebook(s) render as stored; wrote {out}")
+    return 1 if bad else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "check":
             sub.add_argument("--render", action="store_true",
                              help="also render each split notebook in a copy and compare its outputs with the stored ones")
+        if command == "render":
+            sub.add_argument("--compare-json", type=Path, metavar="FILE",
+                             help="write nothing to the notebooks: render each in a copy, compare its outputs with the "
+                                  "stored ones and write FILE ({NB: {differences, seconds} or {error}})")
         if command == "smoke":
             sub.add_argument("-j", "--jobs", type=int, default=1,
                              help="notebooks run at once, each in a copy of its own (default: 1, one copy in turn)")
@@ -159,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         else {nb: smoke_each([nb])[nb] for nb in notebooks})
             record = {str(nb): {"error": str(o)} if isinstance(o, NotebookFailed) else {"seconds": o}
                       for nb, o in outcomes.items()}
-            args.json.write_text(json.dumps(record, indent=1))
+            partial = args.json.with_name(args.json.name + ".partial")  # whole or absent, for a reader that polls
+            partial.write_text(json.dumps(record, indent=1))
+            partial.replace(args.json)
             failed = [nb for nb, o in record.items() if "error" in o]
             print(f"{len(record) - len(failed)} of {len(record)} notebook(s) ran; wrote {args.json}")
             return 1 if failed else 0
@@ -168,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{name}: ok ({seconds:.1f} s)")
         elif args.command == "gpu-run":
             gpu_run(notebooks)
+        elif args.command == "render" and args.compare_json:
+            return _compare_renders(notebooks, args.compare_json)
         elif args.command == "render":
             for nb_path in run_order([Path(p) for p in notebooks]):
                 print(f"{display_path(nb_path)}: rendered ({render(nb_path):.1f} s)", flush=True)

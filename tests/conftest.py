@@ -1,9 +1,12 @@
 """Shared test settings: a non-interactive matplotlib backend and one OpenMP thread for every test (and its
-subprocesses), one build of the book per session for the tests that read the site, and the notebooks' smoke run
-started in a process of its own as soon as the tests are collected, so that it runs beside the other tests."""
+subprocesses), and the background lane: once the tests are collected, one process of its own builds the book,
+renders the split chapters and smoke-runs the notebooks, as far as the selected tests need them, while the other
+tests run; the tests that read its results run last."""
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,81 +24,154 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Build a copy of the book with ``jupyter-book build -W -n``: (the finished process, the html folder, the
-    toc entries built). Only the entries of _toc.yml that exist are built."""
+def _prepare_book_build(root: Path) -> str | None:
+    """Copy the book into ``root`` for ``jupyter-book build``: only the entries of _toc.yml that exist, with mentor's
+    source beside it (the chapters include code from it: {literalinclude} ../mentor/...), as the real build has it.
+    Returns None, or why there is nothing to build."""
     from nbtools_loader import book as nb_book
     from test_book import prune_toc
 
     present = [entry for entry in nb_book.toc_files() if nb_book.toc_source(entry) is not None]
-    assert present, "no entry of _toc.yml exists yet"
-    root = tmp_path_factory.mktemp("book")
+    if not present:
+        return "no entry of _toc.yml exists yet"
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
-    assert toc["root"] in present, f"the toc's root {toc['root']} is missing"
+    if toc["root"] not in present:
+        return f"the toc's root {toc['root']} is missing"
     (root / "_toc.yml").write_text(yaml.safe_dump(prune_toc(toc, set(present)), sort_keys=False))
     shutil.copy(REPO / "_config.yml", root)
     shutil.copytree(REPO / "book", root / "book", ignore=nb_book.COPY_IGNORE)
-    # the chapters include code from mentor's source ({literalinclude} ../mentor/...), as the real build does
     shutil.copytree(REPO / "mentor", root / "mentor", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
-    assert jupyter_book, f"jupyter-book is not installed next to {sys.executable}"
-    build = subprocess.run([jupyter_book, "build", str(root), "-W", "-n", "--keep-going"],
-                           capture_output=True, text=True, cwd=root)
-    return build, root / "_build" / "html", present
+    (root / "present.json").write_text(json.dumps(present))
+    return None
 
 
-SMOKE = pytest.StashKey[dict]()
+# --- the background lane: the book's build, the renders and the smoke run, beside the other tests ---
+#
+# On two cores, the tests that execute notebooks or build the book take about as long as all the others. So, once the
+# tests are collected, one process of its own builds the book (if a selected test reads the site), renders the split
+# chapters (if test_split_chapters_render_as_stored is selected) and smoke-runs the notebooks (if test_notebook_smoke
+# is), in that order, while the other tests run; the tests that read its results run last, so that they wait for it
+# as little as possible.
+
+LANE = pytest.StashKey[dict]()
+
+
+def _reads_the_lane(item: pytest.Item) -> bool:
+    return (getattr(item, "originalname", "") in ("test_notebook_smoke", "test_split_chapters_render_as_stored")
+            or "built_book" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that read the background lane's results run after every other test, in their collected order."""
+    items[:] = [item for item in items if not _reads_the_lane(item)] + [item for item in items if _reads_the_lane(item)]
+
+
+def _selected(session: pytest.Session, name: str) -> list[Path]:
+    return [item.callspec.params["notebook"] for item in session.items
+            if getattr(item, "originalname", "") == name and item.callspec.params.get("notebook")]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start `nbtools.py smoke --json` for the notebooks this session's test_notebook_smoke items select, in a
-    process of its own: it runs while the other tests do, and the `smoke_runs` fixture waits for it."""
-    from nbtools_loader import book as nb_book
-
-    selected = [item.callspec.params["notebook"] for item in session.items
-                if getattr(item, "originalname", "") == "test_notebook_smoke" and item.callspec.params.get("notebook")]
-    if not selected or session.config.option.collectonly:
+    """Start the background lane for what this session's tests select (nothing if they select none of it)."""
+    if session.config.option.collectonly:
         return
+    import shlex
     import tempfile
 
-    folder = Path(tempfile.mkdtemp(prefix="mentor-smoke-"))
-    out = folder / "outcomes.json"
-    before = {nb: nb.read_bytes() for nb in selected}
-    log = open(folder / "smoke.log", "w")
-    process = subprocess.Popen([sys.executable, str(nb_book.REPO / "scripts" / "nbtools.py"), "smoke", "--json",
-                                str(out), *map(str, selected)], stdout=log, stderr=subprocess.STDOUT, cwd=nb_book.REPO)
-    session.config.stash[SMOKE] = {"process": process, "out": out, "log": folder / "smoke.log", "before": before,
-                                   "folder": folder, "log_file": log}
+    smoke = _selected(session, "test_notebook_smoke")
+    renders = _selected(session, "test_split_chapters_render_as_stored")
+    build = any("built_book" in getattr(item, "fixturenames", ()) for item in session.items)
+    if not (smoke or renders or build):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="mentor-lane-"))
+    nbtools = shlex.quote(str(REPO / "scripts" / "nbtools.py"))
+    python = shlex.quote(sys.executable)
+    steps, lane = [], {"folder": folder, "log": folder / "lane.log", "smoke_before": {nb: nb.read_bytes() for nb in smoke}}
+    if build:
+        root = folder / "book"
+        root.mkdir()
+        lane["build_root"], lane["build_refused"] = root, _prepare_book_build(root)
+        jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
+        lane["build_missing"] = None if jupyter_book else f"jupyter-book is not installed next to {sys.executable}"
+        if lane["build_refused"] is None and jupyter_book:
+            steps.append(f"(cd {shlex.quote(str(root))} && {shlex.quote(jupyter_book)} build . -W -n --keep-going "
+                         f"> build.out 2> build.err; echo $? > build.rc.partial; mv build.rc.partial build.rc)")
+    if renders:
+        lane["renders"] = folder / "renders.json"
+        steps.append(f"{python} {nbtools} render --compare-json {shlex.quote(str(lane['renders']))} "
+                     + " ".join(shlex.quote(str(nb)) for nb in renders))
+    if smoke:
+        lane["smoke"] = folder / "smoke.json"
+        steps.append(f"{python} {nbtools} smoke --json {shlex.quote(str(lane['smoke']))} "
+                     + " ".join(shlex.quote(str(nb)) for nb in smoke))
+    lane["log_file"] = open(lane["log"], "w")
+    lane["process"] = subprocess.Popen(["bash", "-c", "; ".join(steps) or "true"], stdout=lane["log_file"],
+                                       stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    session.config.stash[LANE] = lane
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A session that ends early (-x, Ctrl-C) does not leave the smoke run behind; its folder is removed."""
-    run = config.stash.get(SMOKE, None)
-    if run is None:
+    """A session that ends early (-x, Ctrl-C) does not leave the lane behind; its folder is removed."""
+    lane = config.stash.get(LANE, None)
+    if lane is None:
         return
-    if run["process"].poll() is None:
-        run["process"].kill()
-        run["process"].wait()
-    run["log_file"].close()
-    shutil.rmtree(run["folder"], ignore_errors=True)
+    if lane["process"].poll() is None:
+        os.killpg(lane["process"].pid, signal.SIGKILL)  # the lane's shell and the notebooks' kernels under it
+        lane["process"].wait()
+    lane["log_file"].close()
+    shutil.rmtree(lane["folder"], ignore_errors=True)
+
+
+def _lane(request: pytest.FixtureRequest, what: str, path_key: str) -> Path:
+    """The file at the lane's ``path_key`` once it exists (``what`` names it in the failure if the lane ends
+    without it)."""
+    import time
+
+    lane = request.config.stash.get(LANE, None)
+    assert lane is not None and path_key in lane, f"the {what} was not started (pytest_collection_finish in tests/conftest.py)"
+    path = lane[path_key]
+    while not path.is_file():
+        if lane["process"].poll() is not None and not path.is_file():
+            pytest.fail(f"the {what} wrote nothing:\n{lane['log'].read_text()[-4000:]}", pytrace=False)
+        time.sleep(0.5)
+    return path
+
+
+@pytest.fixture(scope="session")
+def built_book(request: pytest.FixtureRequest):
+    """The book built with ``jupyter-book build -W -n`` in the background lane: (the finished process, the html
+    folder, the toc entries built). Only the entries of _toc.yml that exist are built."""
+    lane = request.config.stash.get(LANE, None)
+    assert lane is not None and "build_root" in lane, "the book's build was not started (tests/conftest.py)"
+    assert lane["build_refused"] is None, lane["build_refused"]
+    assert lane["build_missing"] is None, lane["build_missing"]
+    root = lane["build_root"]
+    lane["build_rc"] = root / "build.rc"
+    code = int(_lane(request, "book's build", "build_rc").read_text())
+    build = subprocess.CompletedProcess(["jupyter-book", "build", str(root), "-W", "-n", "--keep-going"], code,
+                                        (root / "build.out").read_text(), (root / "build.err").read_text())
+    return build, root / "_build" / "html", json.loads((root / "present.json").read_text())
 
 
 @pytest.fixture(scope="session")
 def smoke_runs(request: pytest.FixtureRequest) -> dict:
-    """{notebook: (its bytes before the run, its seconds or the NotebookFailed)}, from the background smoke run."""
-    import json
-
+    """{notebook: (its bytes before the run, its seconds or the NotebookFailed)}, from the lane's smoke run."""
     from nbtools_loader import runs as nb_runs
 
-    run = request.config.stash.get(SMOKE, None)
-    assert run is not None, "the smoke run was not started (pytest_collection_finish in tests/conftest.py)"
-    run["process"].wait()
-    if not run["out"].is_file():
-        pytest.fail(f"the smoke run wrote no outcomes:\n{run['log'].read_text()[-4000:]}", pytrace=False)
-    record = {Path(k): v for k, v in json.loads(run["out"].read_text()).items()}
-    return {nb: (run["before"][nb], nb_runs.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
-                 else record[nb]["seconds"]) for nb in run["before"]}
+    lane = request.config.stash.get(LANE, {})
+    out = _lane(request, "smoke run", "smoke")
+    record = {Path(k): v for k, v in json.loads(out.read_text()).items()}
+    return {nb: (lane["smoke_before"][nb], nb_runs.NotebookFailed(record[nb]["error"]) if "error" in record[nb]
+                 else record[nb]["seconds"]) for nb in lane["smoke_before"]}
+
+
+@pytest.fixture(scope="session")
+def render_outcomes(request: pytest.FixtureRequest) -> dict:
+    """{notebook: its differences from a fresh render (a list of messages) or the error that stopped it}, from the
+    lane's renders."""
+    out = _lane(request, "renders", "renders")
+    return {Path(k): v["differences"] if "differences" in v else v["error"]
+            for k, v in json.loads(out.read_text()).items()}
 
 
 @pytest.fixture(scope="module")

@@ -236,11 +236,40 @@ def test_comparable_outputs_ignore_execution_counts_only() -> None:
     assert nb_render.comparable(split_text) == nb_render.comparable([new_output("stream", name="stdout", text="xy\n")])
 
 
+def test_compare_json_records_each_notebooks_differences_and_writes_no_notebook(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``render --compare-json`` (the tests' background lane): [] for a notebook whose render is current, the
+    differing cell for one whose output was edited, the error for one that is not split; exit status 1."""
+    path = split_notebook(tmp_path)
+    nb_gpu.measure(path, _env())
+    nb_render.render(path, env=_env())
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].outputs[0]["text"] = "x is 0.3\n"
+    nbformat.write(nb, edited := tmp_path / "edited.ipynb")
+    plain = tmp_path / "plain.ipynb"
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# P"), new_code_cell("print(1)")]), plain)
+    before = {p: p.read_bytes() for p in (path, edited, plain)}
+    out = tmp_path / "renders.json"
+    assert nbtools.main(["render", "--compare-json", str(out), str(path), str(edited), str(plain)]) == 1
+    assert "1 of 3 notebook(s) render as stored" in capsys.readouterr().out
+    record = json.loads(out.read_text())
+    assert record[str(path)]["differences"] == [] and record[str(path)]["seconds"] > 0
+    [difference] = record[str(edited)]["differences"]
+    assert "cell 2's stored outputs differ from a fresh render" in difference and "x is 0.3" in difference
+    assert "not split" in record[str(plain)]["differences"][0]
+    assert {p: p.read_bytes() for p in before} == before
+    assert not list(tmp_path.glob("*.partial"))
+
+
 @pytest.mark.parametrize("notebook", SPLIT, ids=lambda p: p.name)
-def test_split_chapters_render_as_stored(notebook: Path) -> None:
+def test_split_chapters_render_as_stored(notebook: Path, render_outcomes: dict) -> None:
     """A fresh render of each split chapter, from its stored measurement, gives exactly its stored outputs (text,
-    glued values, SVG figures): a figure or a sentence cannot drift from its data."""
-    assert nb_render.render_differences(notebook) == []
+    glued values, SVG figures): a figure or a sentence cannot drift from its data. The renders run in the
+    background while the other tests do (``nbtools.py render --compare-json``: tests/conftest.py)."""
+    outcome = render_outcomes[notebook]
+    if isinstance(outcome, str):
+        pytest.fail(f"{notebook.name} did not render: {outcome}", pytrace=False)
+    assert outcome == []
 
 
 def test_chapter_12_is_split_and_its_page_names_no_machine_path() -> None:

@@ -338,35 +338,44 @@ def test_flat_sync_syncs_in_one_all_reduce_with_the_same_values():
     assert_same(flat, binary_reference(0.5, None, 0, _steps(5)))
 
 
-def binary_on_a_shard(rank: int, world_size: int, flat: bool, invalid_on: int | None) -> dict[str, list[float]]:
-    """Worker: FusedBinary (or its flat_sync subclass) updated with this rank's steps; compute() syncs both ranks."""
-    cls = flat_sync(FusedBinary) if flat else FusedBinary
-    metric = cls(0.5, process_group=short_gloo_group())
-    for loss, preds, target in _steps(11)[rank::world_size]:
-        if rank == invalid_on:
-            target = target.clone()
-            target[0] = 2
-        metric.update(loss, preds, target)
-    out = metric.compute()
-    return {key: [value.item()] for key, value in out.items()} | {"local_tp": [int(metric.tp)]}
+def binary_on_a_shard(rank: int, world_size: int) -> dict[tuple[bool, int | None], dict[str, list[float]]]:
+    """Worker: FusedBinary and its flat_sync subclass, each updated with this rank's steps, then again with an
+    invalid target on rank 1; compute() syncs both ranks. One launch for the four, since each launch starts two
+    Python processes that import torch."""
+    out = {}
+    for flat in (False, True):
+        cls = flat_sync(FusedBinary) if flat else FusedBinary
+        for invalid_on in (None, 1):
+            metric = cls(0.5, process_group=short_gloo_group())
+            for loss, preds, target in _steps(11)[rank::world_size]:
+                if rank == invalid_on:
+                    target = target.clone()
+                    target[0] = 2
+                metric.update(loss, preds, target)
+            values = metric.compute()
+            out[flat, invalid_on] = {key: [value.item()] for key, value in values.items()} | {
+                "local_tp": [int(metric.tp)]}
+    return out
 
 
-@pytest.mark.parametrize("flat", [False, True], ids=["torchmetrics sync", "flat_sync"])
-def test_two_gloo_ranks_equal_torchmetrics_on_all_the_data(flat):
+def test_two_gloo_ranks_equal_torchmetrics_on_all_the_data():
+    """Under torchmetrics' sync and under flat_sync, both ranks get the values of all the data; after compute()
+    each rank's state is its own again; an invalid target on one rank makes both ranks' values NaN."""
     steps = _steps(11)
     want = {key: [value.item()] for key, value in binary_reference(0.5, None, 0, steps).items()}
-    results = launch(binary_on_a_shard, 2, flat, None, backend="gloo", timeout=120)
+    results = launch(binary_on_a_shard, 2, backend="gloo", timeout=120)
     assert [r.error for r in results] == [None, None]
-    for r in results:
-        local = r.value.pop("local_tp")
-        assert r.value == want, r.rank
-        shard = FusedBinary()
-        for step in steps[r.rank::2]:
-            shard.update(*step)
-        assert local == [int(shard.tp)]  # unsynced after compute: each rank's own count again
-    results = launch(binary_on_a_shard, 2, flat, 1, backend="gloo", timeout=120)
-    for r in results:  # an invalid target on rank 1 makes both ranks' values NaN, with the summed count
-        assert r.value["invalid_labels"] == [2] and all(math.isnan(r.value[k][0]) for k in BINARY)
+    for flat in (False, True):
+        for r in results:
+            value = dict(r.value[flat, None])
+            local = value.pop("local_tp")
+            assert value == want, (flat, r.rank)
+            shard = FusedBinary()
+            for step in steps[r.rank::2]:
+                shard.update(*step)
+            assert local == [int(shard.tp)], (flat, r.rank)  # unsynced after compute: each rank's own count again
+            invalid = r.value[flat, 1]  # an invalid target on rank 1: both ranks' values NaN, with the summed count
+            assert invalid["invalid_labels"] == [2] and all(math.isnan(invalid[k][0]) for k in BINARY), (flat, r.rank)
 
 
 # On CUDA.

@@ -51,6 +51,9 @@ def sleeps_forever(rank, world_size):
 
 
 def fails_while_the_other_sleeps(rank, world_size):
+    # both ranks past init_process_group first: a rank 0 that failed and left while rank 1 was still connecting
+    # would fail rank 1's connection ("Connection closed by peer"), not leave it sleeping
+    dist.barrier()
     if rank == 0:
         raise ValueError("planned failure on rank 0")
     time.sleep(600)  # not in a collective: only launch's own stop ends this rank

@@ -921,3 +921,41 @@ def test_stored_outputs_name_no_path_of_the_gpu_machine(notebook: Path) -> None:
     found = [f"cell {i}: {m.group(0)}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
              for out in c.get("outputs", []) for m in [nb_outputs.MACHINE_PATH.search(str(out))] if m]
     assert not found, f"{notebook.name}: " + "; ".join(found)
+
+
+# --- the background lane of tests/conftest.py ---
+
+
+def test_the_tests_that_read_the_lane_run_last_in_their_order() -> None:
+    import conftest
+    from types import SimpleNamespace
+
+    def item(name: str, *fixtures: str) -> SimpleNamespace:
+        return SimpleNamespace(originalname=name, fixturenames=fixtures)
+
+    a, smoke, site, b, render = (item("test_a", "tmp_path"), item("test_notebook_smoke", "smoke_runs"),
+                                 item("test_page", "site", "built_book"), item("test_b"),
+                                 item("test_split_chapters_render_as_stored", "render_outcomes"))
+    items = [a, smoke, site, b, render]
+    conftest.pytest_collection_modifyitems(None, None, items)
+    assert items == [a, b, smoke, site, render]
+
+
+def test_a_lane_that_ends_without_its_file_fails_with_its_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    import conftest
+
+    log = tmp_path / "lane.log"
+    log.write_text("jupyter-book: command failed\n")
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    stash = pytest.Stash()
+    stash[conftest.LANE] = {"process": process, "log": log, "smoke": tmp_path / "never.json"}
+    request = SimpleNamespace(config=SimpleNamespace(stash=stash))
+    with pytest.raises(pytest.fail.Exception, match="the smoke run wrote nothing:\n.*command failed"):
+        conftest._lane(request, "smoke run", "smoke")
+    (tmp_path / "never.json").write_text("{}")
+    assert conftest._lane(request, "smoke run", "smoke") == tmp_path / "never.json"

@@ -90,7 +90,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if build:
         root = folder / "book"
         root.mkdir()
-        lane["build_root"], lane["build_refused"] = root, _prepare_book_build(root)
+        lane["build_root"], lane["build_rc"] = root, root / "build.rc"
+        lane["build_refused"] = _prepare_book_build(root)
         jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
         lane["build_missing"] = None if jupyter_book else f"jupyter-book is not installed next to {sys.executable}"
         if lane["build_refused"] is None and jupyter_book:
@@ -146,7 +147,6 @@ def built_book(request: pytest.FixtureRequest):
     assert lane["build_refused"] is None, lane["build_refused"]
     assert lane["build_missing"] is None, lane["build_missing"]
     root = lane["build_root"]
-    lane["build_rc"] = root / "build.rc"
     code = int(_lane(request, "book's build", "build_rc").read_text())
     build = subprocess.CompletedProcess(["jupyter-book", "build", str(root), "-W", "-n", "--keep-going"], code,
                                         (root / "build.out").read_text(), (root / "build.err").read_text())

@@ -239,7 +239,8 @@ def test_comparable_outputs_ignore_execution_counts_only() -> None:
 def test_compare_json_records_each_notebooks_differences_and_writes_no_notebook(tmp_path: Path,
                                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """``render --compare-json`` (the tests' background lane): [] for a notebook whose render is current, the
-    differing cell for one whose output was edited, the error for one that is not split; exit status 1."""
+    differing cell for one whose output was edited, the message for one that is not split, the error for one
+    whose presenting cell fails; exit status 1."""
     path = split_notebook(tmp_path)
     nb_gpu.measure(path, _env())
     nb_render.render(path, env=_env())
@@ -248,15 +249,18 @@ def test_compare_json_records_each_notebooks_differences_and_writes_no_notebook(
     nbformat.write(nb, edited := tmp_path / "edited.ipynb")
     plain = tmp_path / "plain.ipynb"
     nbformat.write(new_notebook(cells=[new_markdown_cell("# P"), new_code_cell("print(1)")]), plain)
-    before = {p: p.read_bytes() for p in (path, edited, plain)}
+    (tmp_path / "bad").mkdir()
+    failing = split_notebook(tmp_path / "bad", present='raise ValueError("boom")')
+    before = {p: p.read_bytes() for p in (path, edited, plain, failing)}
     out = tmp_path / "renders.json"
-    assert nbtools.main(["render", "--compare-json", str(out), str(path), str(edited), str(plain)]) == 1
-    assert "1 of 3 notebook(s) render as stored" in capsys.readouterr().out
+    assert nbtools.main(["render", "--compare-json", str(out), str(path), str(edited), str(plain), str(failing)]) == 1
+    assert "1 of 4 notebook(s) render as stored" in capsys.readouterr().out
     record = json.loads(out.read_text())
     assert record[str(path)]["differences"] == [] and record[str(path)]["seconds"] > 0
     [difference] = record[str(edited)]["differences"]
     assert "cell 2's stored outputs differ from a fresh render" in difference and "x is 0.3" in difference
     assert "not split" in record[str(plain)]["differences"][0]
+    assert record[str(failing)]["error"].startswith("NotebookFailed: ") and "boom" in record[str(failing)]["error"]
     assert {p: p.read_bytes() for p in before} == before
     assert not list(tmp_path.glob("*.partial"))
 

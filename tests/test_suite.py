@@ -718,7 +718,8 @@ def _counts(preds, target, num_classes):
 def test_averages_equal_torchmetrics_bit_for_bit_on_two_cpu_threads(num_classes):
     """Above 32768 values a CPU sum splits among threads; each average is summed on its own, as torchmetrics'.
 
-    torchmetrics' multiclass update counts with a bincount of num_classes**2 bins (12.8 GB at 40000 classes), so
+    torchmetrics' multiclass update for macro and weighted averages counts with a bincount of num_classes**2 bins
+    (``functional/classification/stat_scores.py``, ``_multiclass_stat_scores_update``; 12.8 GB at 40000 classes), so
     at 40000 the reference metrics get their per-class counts from :func:`_counts` and only run their own
     ``compute()``; at 37 they run their own update too, and those counts must equal :func:`_counts`'."""
     threads = torch.get_num_threads()

@@ -2,6 +2,7 @@
 spawned processes and what it refuses), and the placements of a host number; on CUDA (``@gpu``, run with
 `pytest -m gpu`): the one-rank NCCL placements."""
 
+import contextlib
 import functools
 import multiprocessing
 import pickle
@@ -83,9 +84,24 @@ CUDA_ONLY_PLACEMENTS = ("gloo subgroup", "no sync", "default group")  # the fail
 def gloo_run():
     """One launch on gloo of several_gloo_workers (through functools.partial, which launch accepts), and the
     children left after it. One DataLoader worker per rank shows that a rank can start processes of its own (in a
-    spawned rank they are spawned too, each importing torch: two per rank would double the cost, not the check)."""
-    results = launch(functools.partial(several_gloo_workers, loader_workers=1), 2, backend="gloo", timeout=120)
+    spawned rank they are spawned too, each importing torch: two per rank would double the cost, not the check).
+    While it runs, another socket listens on the port that free_port returns: a launch that took its port from
+    free_port, found free first and bound later, fails as it does when another process takes that port between."""
+    with _busy_free_port():
+        results = launch(functools.partial(several_gloo_workers, loader_workers=1), 2, backend="gloo", timeout=120)
     return results, multiprocessing.active_children()
+
+
+@contextlib.contextmanager
+def _busy_free_port():
+    """free_port, in mentor.lab.ddp, returns a port on which another socket listens meanwhile."""
+    import socket
+
+    with socket.socket() as taken, pytest.MonkeyPatch.context() as patch:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        patch.setattr("mentor.lab.ddp.free_port", lambda: taken.getsockname()[1])
+        yield taken.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +151,16 @@ def test_single_rank_group_destroyed_when_the_body_raises():
         with single_rank_group("gloo"):
             raise KeyError("boom")
     assert not dist.is_initialized()
+
+
+def test_single_rank_group_takes_no_port_found_free_earlier():
+    """Without a port, the store listens on one the OS gives it as it binds: a port that free_port found free and
+    another process took meanwhile (here, a socket listening on it) does not make the group fail."""
+    import os
+
+    with _busy_free_port() as taken, single_rank_group("gloo"):
+        assert dist.get_world_size() == 1
+        assert os.environ["MASTER_PORT"] != str(taken)
 
 
 def test_single_rank_group_uses_the_given_port():

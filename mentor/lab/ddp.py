@@ -64,13 +64,15 @@ def single_rank_group(backend: str | None = None, port: int | None = None) -> It
         raise RuntimeError(f"backend {backend!r} needs CUDA and torch sees none; use 'gloo' or 'cuda:gloo'.")
     saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port or free_port())
+    # without a port, the OS gives the store one as it starts listening (no other process can take it between)
+    store = dist.TCPStore("127.0.0.1", port or 0, is_master=True, wait_for_workers=False)
+    os.environ["MASTER_PORT"] = str(store.port)
     device_id = None
     if "nccl" in backend:
         device_id = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device_id)
     try:
-        dist.init_process_group(backend, rank=0, world_size=1, device_id=device_id)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, device_id=device_id)
         try:
             yield backend
         finally:
@@ -105,7 +107,9 @@ def _run_worker(rank: int, world_size: int, backend: str, port: int, fn: Callabl
         if "nccl" in backend:
             device_id = torch.device("cuda", rank % torch.cuda.device_count())
             torch.cuda.set_device(device_id)
-        dist.init_process_group(backend, rank=rank, world_size=world_size, device_id=device_id)
+        # a client of the store that the launching process serves (see launch)
+        store = dist.TCPStore("127.0.0.1", port, is_master=False)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, device_id=device_id)
         queue.put(WorkerResult(rank, value=fn(rank, world_size, *args)))
     except BaseException as err:  # noqa: BLE001 - reported to the parent, not swallowed
         queue.put(WorkerResult(rank, error=f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"))
@@ -169,7 +173,11 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
                            f"{torch.cuda.device_count()} GPUs; use backend='gloo' or fewer ranks.")
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = free_port()
+    # The group's store is served from this process, on a port the OS gives it as it starts listening. A port
+    # found free first and bound by rank 0 later (free_port) can be taken in between by any other process on the
+    # machine, and then the launch fails with EADDRINUSE.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = store.port
     # not daemonic: a daemonic process may not start children, so a worker could not use a
     # DataLoader with workers; the finally block below terminates and joins them instead
     procs = [ctx.Process(target=_run_worker, args=(r, world_size, backend, port, fn, args, queue), daemon=False)

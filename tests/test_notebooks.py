@@ -959,3 +959,24 @@ def test_a_lane_that_ends_without_its_file_fails_with_its_log(tmp_path: Path) ->
         conftest._lane(request, "smoke run", "smoke")
     (tmp_path / "never.json").write_text("{}")
     assert conftest._lane(request, "smoke run", "smoke") == tmp_path / "never.json"
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads the C library from /proc (Linux)")
+def test_the_malloc_settings_reach_this_process_and_the_processes_it_starts() -> None:
+    """tests/conftest.py keeps freed buffers in the heap: mallopt here, the environment for every child."""
+    import subprocess
+    import sys
+
+    import conftest
+
+    if "libc.so.6" not in Path("/proc/self/maps").read_text():
+        pytest.skip("not glibc: the settings are ignored")
+    assert conftest._mallopt() is True
+    names = sorted(conftest.MALLOC_SETTINGS)
+    code = f"import os, json; print(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    # conftest's values, or the ones set before the tests started (setdefault keeps those)
+    assert json.loads(child.stdout) == {name: os.environ.get(name, str(value)) for name, value in
+                                        conftest.MALLOC_SETTINGS.items()} != dict.fromkeys(names)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,7 +115,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     folder = Path(tempfile.mkdtemp(prefix="mentor-lane-"))
     nbtools = shlex.quote(str(REPO / "scripts" / "nbtools.py"))
     python = shlex.quote(sys.executable)
-    steps, lane = [], {"folder": folder, "log": folder / "lane.log", "smoke_before": {nb: nb.read_bytes() for nb in smoke}}
+    steps, lane = [], {"folder": folder, "log": folder / "lane.log", "smoke_before": {nb: nb.read_bytes() for nb in smoke},
+                       "timing": folder / "timing.txt", "started": time.time(), "waited": 0.0}
     if build:
         root = folder / "book"
         root.mkdir()
@@ -123,20 +125,47 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         jupyter_book = shutil.which("jupyter-book", path=str(BIN)) or shutil.which("jupyter-book")
         lane["build_missing"] = None if jupyter_book else f"jupyter-book is not installed next to {sys.executable}"
         if lane["build_refused"] is None and jupyter_book:
-            steps.append(f"(cd {shlex.quote(str(root))} && {shlex.quote(jupyter_book)} build . -W -n --keep-going "
-                         f"> build.out 2> build.err; echo $? > build.rc.partial; mv build.rc.partial build.rc)")
+            steps.append(("build", f"(cd {shlex.quote(str(root))} && {shlex.quote(jupyter_book)} build . -W -n "
+                                   f"--keep-going > build.out 2> build.err; echo $? > build.rc.partial; "
+                                   f"mv build.rc.partial build.rc)"))
     if renders:
         lane["renders"] = folder / "renders.json"
-        steps.append(f"{python} {nbtools} render --compare-json {shlex.quote(str(lane['renders']))} "
-                     + " ".join(shlex.quote(str(nb)) for nb in renders))
+        steps.append(("renders", f"{python} {nbtools} render --compare-json {shlex.quote(str(lane['renders']))} "
+                      + " ".join(shlex.quote(str(nb)) for nb in renders)))
     if smoke:
         lane["smoke"] = folder / "smoke.json"
-        steps.append(f"{python} {nbtools} smoke --json {shlex.quote(str(lane['smoke']))} "
-                     + " ".join(shlex.quote(str(nb)) for nb in smoke))
+        steps.append(("smoke run", f"{python} {nbtools} smoke --json {shlex.quote(str(lane['smoke']))} "
+                      + " ".join(shlex.quote(str(nb)) for nb in smoke)))
     lane["log_file"] = open(lane["log"], "w")
-    lane["process"] = subprocess.Popen(["bash", "-c", "; ".join(steps) or "true"], stdout=lane["log_file"],
+    timing = shlex.quote(str(lane["timing"]))  # each step's seconds, then the time the lane ended
+    script = "; ".join(f"s=$SECONDS; {command}; echo \"{name}: $((SECONDS - s))\" >> {timing}" for name, command in steps)
+    script += f"; echo \"end: $(date +%s.%N)\" >> {timing}"
+    lane["process"] = subprocess.Popen(["bash", "-c", script], stdout=lane["log_file"],
                                        stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     session.config.stash[LANE] = lane
+
+
+def lane_summary(lane: dict) -> str:
+    """One line on the background lane for the end of the session: each finished step's seconds, when the lane
+    ended (seconds after it started) and how long the tests that read it waited for it."""
+    parts, end = [], None
+    text = lane["timing"].read_text() if lane["timing"].is_file() else ""
+    for line in text.splitlines():
+        name, _, value = line.partition(": ")
+        if name == "end":
+            end = float(value) - lane["started"]
+        else:
+            parts.append(f"{name} {value} s")
+    ended = f"ended {end:.0f} s after it started" if end is not None else "had not ended"
+    return (f"background lane: {', '.join(parts) or 'no step finished'}; {ended}; the tests that read it waited "
+            f"{lane['waited']:.0f} s for it")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Say how long the background lane's steps took, so that a slow `make test` shows where its time went."""
+    lane = config.stash.get(LANE, None)
+    if lane is not None:
+        terminalreporter.write_line(lane_summary(lane))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -153,16 +182,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _lane(request: pytest.FixtureRequest, what: str, path_key: str) -> Path:
     """The file at the lane's ``path_key`` once it exists (``what`` names it in the failure if the lane ends
-    without it)."""
-    import time
-
+    without it). The wait adds to the lane's ``waited``."""
     lane = request.config.stash.get(LANE, None)
     assert lane is not None and path_key in lane, f"the {what} was not started (pytest_collection_finish in tests/conftest.py)"
     path = lane[path_key]
+    began = time.monotonic()
     while not path.is_file():
         if lane["process"].poll() is not None and not path.is_file():
             pytest.fail(f"the {what} wrote nothing:\n{lane['log'].read_text()[-4000:]}", pytrace=False)
         time.sleep(0.5)
+    lane["waited"] += time.monotonic() - began
     return path
 
 

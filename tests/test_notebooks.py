@@ -953,12 +953,50 @@ def test_a_lane_that_ends_without_its_file_fails_with_its_log(tmp_path: Path) ->
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     stash = pytest.Stash()
-    stash[conftest.LANE] = {"process": process, "log": log, "smoke": tmp_path / "never.json"}
+    stash[conftest.LANE] = {"process": process, "log": log, "smoke": tmp_path / "never.json", "waited": 0.0}
     request = SimpleNamespace(config=SimpleNamespace(stash=stash))
     with pytest.raises(pytest.fail.Exception, match="the smoke run wrote nothing:\n.*command failed"):
         conftest._lane(request, "smoke run", "smoke")
     (tmp_path / "never.json").write_text("{}")
     assert conftest._lane(request, "smoke run", "smoke") == tmp_path / "never.json"
+
+
+def test_the_lane_summary_gives_each_finished_steps_seconds_its_end_and_the_wait(tmp_path: Path) -> None:
+    import conftest
+
+    lane = {"timing": tmp_path / "timing.txt", "started": 1000.0, "waited": 12.4}
+    assert conftest.lane_summary(lane) == ("background lane: no step finished; had not ended; the tests that read it "
+                                           "waited 12 s for it")
+    lane["timing"].write_text("build: 61\nrenders: 150\n")
+    assert conftest.lane_summary(lane) == ("background lane: build 61 s, renders 150 s; had not ended; the tests that "
+                                           "read it waited 12 s for it")
+    with lane["timing"].open("a") as f:
+        f.write("smoke run: 380\nend: 1612.6\n")
+    assert conftest.lane_summary(lane) == ("background lane: build 61 s, renders 150 s, smoke run 380 s; ended 613 s "
+                                           "after it started; the tests that read it waited 12 s for it")
+
+
+def test_the_lane_records_each_steps_seconds_and_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lane's shell script (started at collection) writes a line per finished step and its end, which the
+    summary reads: run with the steps made to finish at once."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    monkeypatch.setattr(conftest, "_selected", lambda session, name: [])
+    monkeypatch.setattr(conftest, "_prepare_book_build", lambda root: None)
+    monkeypatch.setattr(conftest.shutil, "which", lambda name, path=None: "true")  # a build that does nothing
+    monkeypatch.setattr("tempfile.mkdtemp", lambda prefix="": str(tmp_path))  # the lane's folder
+    stash = pytest.Stash()
+    config = SimpleNamespace(stash=stash, option=SimpleNamespace(collectonly=False))
+    session = SimpleNamespace(config=config, items=[SimpleNamespace(fixturenames=("built_book",))])
+    conftest.pytest_collection_finish(session)
+    lane = stash[conftest.LANE]
+    assert lane["process"].wait(timeout=60) == 0
+    lane["log_file"].close()
+    summary = conftest.lane_summary(lane)
+    assert summary.startswith("background lane: build 0 s; ended ") and summary.endswith(
+        " s after it started; the tests that read it waited 0 s for it"), summary
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads the C library from /proc (Linux)")

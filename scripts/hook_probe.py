@@ -16,6 +16,17 @@ calls run
   whose host runs ahead queues them. CUDA does not document how many launches a stream's queue holds before a
   launch blocks; when ``--queued`` is more than that, the update's launch waits for room, and its time shows it.
 
+``wrapper_us`` takes the call apart (issue 43: which part of the update the churn slows), each call timed back to
+back and after other Python as above:
+
+- ``update``: ``suite.update(...)`` as a loop calls it, through the wrapper that torchmetrics' ``Metric.__init__``
+  puts around every metric's ``update`` (``Metric._wrap_update``: it sets ``_computed`` to None, adds 1 to
+  ``_update_count`` through ``Metric.__setattr__``, and runs the update inside ``torch.set_grad_enabled``);
+- ``update without the wrapper``: ``FusedMetrics.update(suite, ...)``, the method itself (the launch);
+- ``wrapper around an empty update``: the wrapper of a metric whose ``update`` does nothing;
+- ``set_grad_enabled(False)``: entering and leaving that context alone;
+- ``Metric.__setattr__``: ``suite._computed = None`` alone.
+
 In the other ways the GPU's queue is kept short (a synchronize every 8 calls, outside the timed call), so no
 call waits for room in it. Limits: it shows which of these conditions makes the call slower, not which hardware counter; the
 churn is a stand-in for a training step's Python, not that Python. ``--smoke`` runs a few calls on the CPU: a
@@ -47,7 +58,7 @@ def _churn(objects: list[dict[str, int]], us: float) -> None:
     objects[0]["a"] = total % 3
 
 
-def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 1500) -> dict[str, dict[str, float]]:
+def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 1500) -> dict[str, dict]:
     from mentor.suite import FusedMetrics
 
     suite = FusedMetrics(1000).to(device)
@@ -95,7 +106,60 @@ def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 150
                 times.append((t1 - t0) * 1e6)
         out[name] = _stats(times)
         print(f"{name:<24}{out[name]['median']:8.1f} µs  [{out[name]['p10']:.1f}, {out[name]['p90']:.1f}]")
+    out["wrapper_us"] = wrapper_probe(suite, plain, lambda: _churn(objects, churn_us), repeats, device)
     return out
+
+
+def wrapper_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int,
+                  device: torch.device) -> dict[str, dict[str, dict[str, float]]]:
+    """Each part of the wrapped update on its own (the module docstring's ``wrapper_us``): call -> condition ->
+    stats of the host µs."""
+    from torchmetrics import Metric
+
+    class Empty(Metric):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_state("n", torch.zeros((), device=device), dist_reduce_fx="sum")
+
+        def update(self) -> None:
+            pass
+
+        def compute(self) -> torch.Tensor:
+            return self.n
+
+    empty, method = Empty(), type(suite).update
+    calls = {
+        "update": lambda: suite.update(*args),
+        "update without the wrapper": lambda: method(suite, *args),
+        "wrapper around an empty update": empty.update,
+        "set_grad_enabled(False)": lambda: torch.set_grad_enabled(False).__exit__(None, None, None),
+        "Metric.__setattr__": lambda: setattr(suite, "_computed", None),
+    }
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, call in calls.items():
+        out[name] = {}
+        for condition, between in (("back to back", None), ("after other Python", churn)):
+            times = []
+            for i in range(repeats + 20):
+                if between is not None:
+                    between()
+                if i % 8 == 0 and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                call()
+                t1 = time.perf_counter()
+                if i >= 20:
+                    times.append((t1 - t0) * 1e6)
+            out[name][condition] = _stats(times)
+        print(f"{name:<32}" + "".join(f"{c}: {v['median']:7.1f} µs  " for c, v in out[name].items()))
+    return out
+
+
+def _split(found: dict) -> dict:
+    """The record's ``update_us`` (the ways) and ``wrapper_us`` (the parts of the call), from probe's result."""
+    found = dict(found)
+    wrapper = found.pop("wrapper_us")
+    return {"update_us": found, "wrapper_us": wrapper}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
     repeats, churn = (5, 50.0) if args.smoke else (args.repeats, args.churn)
     record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "repeats": repeats, "churn_us": churn, "smoke": args.smoke, "queued": args.queued,
-              "update_us": probe(device, repeats, churn, args.queued)}
+              **_split(probe(device, repeats, churn, args.queued))}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "hook_probe.json").write_text(json.dumps(record, indent=1))
     return record

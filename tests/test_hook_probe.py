@@ -16,5 +16,9 @@ def test_smoke_run_writes_each_way_with_its_calls(tmp_path):
     assert record["smoke"] is True and record["repeats"] == 5
     assert list(record["update_us"]) == ["back to back", "autograd inputs", "after other Python",
                                          "after a training step"]
-    for stats in record["update_us"].values():
+    parts = record["wrapper_us"]
+    assert list(parts) == ["update", "update without the wrapper", "wrapper around an empty update",
+                           "set_grad_enabled(False)", "Metric.__setattr__"]
+    assert all(list(by) == ["back to back", "after other Python"] for by in parts.values())
+    for stats in [*record["update_us"].values(), *(s for by in parts.values() for s in by.values())]:
         assert stats["n"] == 5 and 0 < stats["p10"] <= stats["median"] <= stats["p90"]

@@ -27,6 +27,13 @@ back and after other Python as above:
 - ``set_grad_enabled(False)``: entering and leaving that context alone;
 - ``Metric.__setattr__``: ``suite._computed = None`` alone.
 
+``launch_us`` (CUDA only; the smoke run records why it is absent) takes the method's launch path apart the same way:
+
+- ``launcher call``: the cached launcher (``mentor._direct_launch.DirectLauncher``) called as ``update`` calls it,
+  without the key and its lookup;
+- ``aligned(inputs and states)``, ``torch.cuda.current_device()``, ``hooks_idle()`` (Triton's launch hooks) and
+  ``Triton's get_current_stream``: the launcher's checks and its stream, each alone.
+
 In the other ways the GPU's queue is kept short (a synchronize every 8 calls, outside the timed call), so no
 call waits for room in it. Limits: it shows which of these conditions makes the call slower, not which hardware counter; the
 churn is a stand-in for a training step's Python, not that Python. ``--smoke`` runs a few calls on the CPU: a
@@ -106,8 +113,55 @@ def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 150
                 times.append((t1 - t0) * 1e6)
         out[name] = _stats(times)
         print(f"{name:<24}{out[name]['median']:8.1f} µs  [{out[name]['p10']:.1f}, {out[name]['p90']:.1f}]")
-    out["wrapper_us"] = wrapper_probe(suite, plain, lambda: _churn(objects, churn_us), repeats, device)
+    churn = lambda: _churn(objects, churn_us)  # noqa: E731
+    out["wrapper_us"] = wrapper_probe(suite, plain, churn, repeats, device)
+    out["launch_us"] = launch_probe(suite, plain, churn, repeats, device)
     return out
+
+
+def _time_calls(calls: dict, churn, repeats: int, device: torch.device) -> dict[str, dict[str, dict[str, float]]]:
+    """Each call timed back to back and after ``churn``: call -> condition -> stats of the host µs."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, call in calls.items():
+        out[name] = {}
+        for condition, between in (("back to back", None), ("after other Python", churn)):
+            times = []
+            for i in range(repeats + 20):
+                if between is not None:
+                    between()
+                if i % 8 == 0 and device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                call()
+                t1 = time.perf_counter()
+                if i >= 20:
+                    times.append((t1 - t0) * 1e6)
+            out[name][condition] = _stats(times)
+        print(f"{name:<32}" + "".join(f"{c}: {v['median']:7.1f} µs  " for c, v in out[name].items()))
+    return out
+
+
+def launch_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int, device: torch.device) -> dict | str:
+    """The launch path's parts on their own (the module docstring's ``launch_us``), or why they were not timed."""
+    if device.type != "cuda" or not suite._launchers:
+        return "not timed: the update launches no kernel here (it needs CUDA and Triton)"
+    from mentor import _direct_launch
+
+    run = next(iter(suite._launchers.values()))
+    if not isinstance(run, _direct_launch.DirectLauncher) or run._compiled is None:
+        return f"not timed: the update's launcher is a {type(run).__name__} that launches through Triton"
+    loss, preds, target = args
+    states = (suite.tp, suite.fp, suite.fn, suite.loss_sum, suite.loss_count, suite.invalid_labels)
+    tensors = (preds, target, loss, *states)
+    stream = _direct_launch._stream_getter()
+    calls = {
+        "launcher call": lambda: run(loss, preds, target, states),
+        "aligned(inputs and states)": lambda: _direct_launch.aligned(tensors),
+        "torch.cuda.current_device()": torch.cuda.current_device,
+        "hooks_idle()": _direct_launch.hooks_idle,
+        "Triton's get_current_stream": lambda: stream(run._index),
+    }
+    return _time_calls(calls, churn, repeats, device)
 
 
 def wrapper_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int,
@@ -135,31 +189,15 @@ def wrapper_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int,
         "set_grad_enabled(False)": lambda: torch.set_grad_enabled(False).__exit__(None, None, None),
         "Metric.__setattr__": lambda: setattr(suite, "_computed", None),
     }
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name, call in calls.items():
-        out[name] = {}
-        for condition, between in (("back to back", None), ("after other Python", churn)):
-            times = []
-            for i in range(repeats + 20):
-                if between is not None:
-                    between()
-                if i % 8 == 0 and device.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                call()
-                t1 = time.perf_counter()
-                if i >= 20:
-                    times.append((t1 - t0) * 1e6)
-            out[name][condition] = _stats(times)
-        print(f"{name:<32}" + "".join(f"{c}: {v['median']:7.1f} µs  " for c, v in out[name].items()))
-    return out
+    return _time_calls(calls, churn, repeats, device)
 
 
 def _split(found: dict) -> dict:
-    """The record's ``update_us`` (the ways) and ``wrapper_us`` (the parts of the call), from probe's result."""
+    """The record's ``update_us`` (the ways), ``wrapper_us`` and ``launch_us`` (the parts of the call), from
+    probe's result."""
     found = dict(found)
-    wrapper = found.pop("wrapper_us")
-    return {"update_us": found, "wrapper_us": wrapper}
+    parts = {key: found.pop(key) for key in ("wrapper_us", "launch_us")}
+    return {"update_us": found, **parts}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -1,9 +1,12 @@
-"""scripts/hook_probe.py: its smoke run on the CPU writes every way with as many timed calls as asked."""
+"""scripts/hook_probe.py: its smoke run on the CPU writes every way with as many timed calls as asked; on CUDA
+it also takes the launch path apart."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from marks import gpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,3 +25,19 @@ def test_smoke_run_writes_each_way_with_its_calls(tmp_path):
     assert all(list(by) == ["back to back", "after other Python"] for by in parts.values())
     for stats in [*record["update_us"].values(), *(s for by in parts.values() for s in by.values())]:
         assert stats["n"] == 5 and 0 < stats["p10"] <= stats["median"] <= stats["p90"]
+    assert record["launch_us"] == "not timed: the update launches no kernel here (it needs CUDA and Triton)"
+
+
+@gpu
+def test_on_cuda_each_part_of_the_launch_path_is_timed(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import hook_probe
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    record = hook_probe.main(["--out", str(tmp_path), "--repeats", "5", "--churn", "50", "--queued", "10"])
+    assert list(record["launch_us"]) == ["launcher call", "aligned(inputs and states)", "torch.cuda.current_device()",
+                                         "hooks_idle()", "Triton's get_current_stream"]
+    for by in record["launch_us"].values():
+        assert list(by) == ["back to back", "after other Python"]
+        assert all(s["n"] == 5 and 0 < s["p10"] <= s["median"] <= s["p90"] for s in by.values())

@@ -1,7 +1,7 @@
 """Why an update that takes 12 µs of host time on its own takes about 80 µs in chapter 9's loop (issue 43, item 2).
 
-``python scripts/hook_probe.py --out DIR`` (on the GPU machine) writes ``DIR/hook_probe.json``: the host µs of one
-``FusedMetrics.update`` (``perf_counter`` around the call; median, p10 and p90 of ``--repeats`` calls) when the
+``python scripts/hook_probe.py --out DIR`` (on the GPU machine) writes ``DIR/hook_probe.json``: under ``update_us``, the host
+µs of one ``FusedMetrics.update`` (``perf_counter`` around the call; median, p10 and p90 of ``--repeats`` calls) when the
 calls run
 
 - ``back to back``: one after the other, inputs without autograd history (how ``update_cost`` measures);
@@ -20,8 +20,10 @@ calls run
 back and after other Python as above:
 
 - ``update``: ``suite.update(...)`` as a loop calls it, through the wrapper that torchmetrics' ``Metric.__init__``
-  puts around every metric's ``update`` (``Metric._wrap_update``: it sets ``_computed`` to None, adds 1 to
-  ``_update_count`` through ``Metric.__setattr__``, and runs the update inside ``torch.set_grad_enabled``);
+  puts around every metric's ``update`` (``Metric._wrap_update``, ``torchmetrics/metric.py:542-564`` in 1.9.0: it
+  sets ``_computed`` to None and adds 1 to ``_update_count``, each through ``Metric.__setattr__`` and then
+  ``nn.Module.__setattr__``, runs the update inside ``torch.set_grad_enabled(self._enable_grad)``, False outside
+  ``forward``, and checks ``compute_on_cpu``);
 - ``update without the wrapper``: ``FusedMetrics.update(suite, ...)``, the method itself (the launch);
 - ``wrapper around an empty update``: the wrapper of a metric whose ``update`` does nothing;
 - ``set_grad_enabled(False)``: entering and leaving that context alone;
@@ -66,6 +68,7 @@ def _churn(objects: list[dict[str, int]], us: float) -> None:
 
 
 def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 1500) -> dict[str, dict]:
+    """``{"update_us": way -> stats, "wrapper_us": ..., "launch_us": ...}``, as the module docstring describes."""
     from mentor.suite import FusedMetrics
 
     suite = FusedMetrics(1000).to(device)
@@ -100,44 +103,38 @@ def probe(device: torch.device, repeats: int, churn_us: float, queued: int = 150
         ways["behind a full queue"] = (plain, fill_queue)
     out = {}
     for name, (args, between) in ways.items():
-        times = []
-        for i in range(repeats + 20):
-            if between is not None:
-                between()
-            if i % 8 == 0 and device.type == "cuda" and name != "behind a full queue":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            suite.update(*args)
-            t1 = time.perf_counter()
-            if i >= 20:
-                times.append((t1 - t0) * 1e6)
-        out[name] = _stats(times)
+        sync = device.type == "cuda" and name != "behind a full queue"
+        out[name] = _timed(lambda a=args: suite.update(*a), between, repeats, sync)
         print(f"{name:<24}{out[name]['median']:8.1f} µs  [{out[name]['p10']:.1f}, {out[name]['p90']:.1f}]")
     churn = lambda: _churn(objects, churn_us)  # noqa: E731
-    out["wrapper_us"] = wrapper_probe(suite, plain, churn, repeats, device)
-    out["launch_us"] = launch_probe(suite, plain, churn, repeats, device)
-    return out
+    return {"update_us": out, "wrapper_us": wrapper_probe(suite, plain, churn, repeats, device),
+            "launch_us": launch_probe(suite, plain, churn, repeats, device)}
+
+
+def _timed(call, between, repeats: int, sync: bool) -> dict[str, float]:
+    """The host µs of ``repeats`` calls after 20 untimed ones, ``between()`` (if any) before each, the GPU's queue
+    drained every 8 calls outside the timed call where ``sync``."""
+    times = []
+    for i in range(repeats + 20):
+        if between is not None:
+            between()
+        if i % 8 == 0 and sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        t1 = time.perf_counter()
+        if i >= 20:
+            times.append((t1 - t0) * 1e6)
+    return _stats(times)
 
 
 def _time_calls(calls: dict, churn, repeats: int, device: torch.device) -> dict[str, dict[str, dict[str, float]]]:
     """Each call timed back to back and after ``churn``: call -> condition -> stats of the host µs."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name, call in calls.items():
-        out[name] = {}
-        for condition, between in (("back to back", None), ("after other Python", churn)):
-            times = []
-            for i in range(repeats + 20):
-                if between is not None:
-                    between()
-                if i % 8 == 0 and device.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                call()
-                t1 = time.perf_counter()
-                if i >= 20:
-                    times.append((t1 - t0) * 1e6)
-            out[name][condition] = _stats(times)
-        print(f"{name:<32}" + "".join(f"{c}: {v['median']:7.1f} µs  " for c, v in out[name].items()))
+    out = {name: {condition: _timed(call, between, repeats, device.type == "cuda")
+                  for condition, between in (("back to back", None), ("after other Python", churn))}
+           for name, call in calls.items()}
+    for name, by in out.items():
+        print(f"{name:<32}" + "".join(f"{c}: {v['median']:7.1f} µs  " for c, v in by.items()))
     return out
 
 
@@ -192,14 +189,6 @@ def wrapper_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int,
     return _time_calls(calls, churn, repeats, device)
 
 
-def _split(found: dict) -> dict:
-    """The record's ``update_us`` (the ways), ``wrapper_us`` and ``launch_us`` (the parts of the call), from
-    probe's result."""
-    found = dict(found)
-    parts = {key: found.pop(key) for key in ("wrapper_us", "launch_us")}
-    return {"update_us": found, **parts}
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for hook_probe.json")
@@ -212,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
     repeats, churn = (5, 50.0) if args.smoke else (args.repeats, args.churn)
     record = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
               "repeats": repeats, "churn_us": churn, "smoke": args.smoke, "queued": args.queued,
-              **_split(probe(device, repeats, churn, args.queued))}
+              **probe(device, repeats, churn, args.queued)}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "hook_probe.json").write_text(json.dumps(record, indent=1))
     return record

@@ -22,8 +22,8 @@ os.environ["MPLBACKEND"] = "Agg"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # glibc's malloc gives a freed block above its mmap threshold back to the operating system, and trims the heap's
 # free top, so a CPU training step that frees and takes its buffers again page-faults them in anew at every step.
-# Keeping them (blocks up to 32 MB from the heap, up to 256 MB of free heap kept) took a tenth off the smoke runs of
-# chapters 9 and 14 on a 2-core machine (and half the minor page faults). The variables reach every process the
+# Keeping them (blocks up to 32 MB from the heap, up to 256 MB of free heap kept) took about a tenth off the smoke
+# runs of chapters 9, 12 and 14 on a 2-core machine, with a half to a third of the minor page faults. The variables reach every process the
 # tests start (notebook kernels, spawned ranks, torchrun); mallopt sets the same for this process, which started
 # before they were set. Other C libraries ignore both.
 MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": 32 * 2**20, "MALLOC_TRIM_THRESHOLD_": 256 * 2**20,

@@ -144,7 +144,7 @@ def git_state(nb_path: Path, nb: NotebookNode) -> dict[str, Any]:
 
 def _present(nb: NotebookNode, folder: Path, name: str, env: dict[str, str] | None) -> float:
     """Execute the presenting cells of ``nb`` in ``folder`` and clean their outputs as ``gpu-run`` cleans a run's."""
-    seconds = execute_scope(nb, "present", folder, name, env=render_env(env))
+    seconds = execute_scope(nb, "present", folder, name, env=render_env(env), fork=True)
     for cell in code_cells(nb, "present"):
         cell.outputs = coalesce_streams(cell.get("outputs", []))
     drop_hidden_stderr(nb)

@@ -46,16 +46,25 @@ def kernel_env(**values: str) -> Iterator[None]:
 
 
 def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIMEOUT_S,
-                     env: dict[str, str] | None = None) -> float:
+                     env: dict[str, str] | None = None, fork: bool = False) -> float:
     """Execute ``nb`` in place in a fresh ``python3`` kernel started in ``cwd``; return the seconds taken.
 
     Raises NotebookFailed naming ``name`` and the failing cell. The kernel gets ``env`` (default:
     os.environ, read now), with the repository root prepended to PYTHONPATH so that ``import mentor``
     works anywhere; os.environ itself is left alone, so notebooks can run in several threads at once.
+    With ``fork`` the kernel is forked from a process that has imported torch once (:mod:`nb.zygote`): for the
+    CPU smoke runs and the renders, never for a run that measures.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
 
+    kernel = dict(os.environ if env is None else env)
+    kernel["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), kernel.get("PYTHONPATH", "")) if p)
+    extra = {}
+    if fork:
+        from nb.zygote import kernel_manager
+
+        extra["kernel_manager_class"] = kernel_manager(kernel)
     current: dict[str, int] = {}
     client = NotebookClient(
         nb,
@@ -63,9 +72,8 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
         kernel_name=KERNEL,
         resources={"metadata": {"path": str(cwd)}},
         on_cell_execute=lambda cell, cell_index: current.update(index=cell_index),
+        **extra,
     )
-    kernel = dict(os.environ if env is None else env)
-    kernel["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), kernel.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     try:
         client.execute(env=kernel)
@@ -82,7 +90,7 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
 
 
 def execute_scope(nb: NotebookNode, scope: str, cwd: Path, name: str, timeout: int = TIMEOUT_S,
-                  env: dict[str, str] | None = None) -> float:
+                  env: dict[str, str] | None = None, fork: bool = False) -> float:
     """Execute only the code cells of ``scope`` (``"measure"`` or ``"present"``, see :func:`nb.hashes.code_cells`)
     of ``nb``, in order, in one fresh kernel; their outputs and execution counts replace those in ``nb``, and the
     other cells keep theirs. Returns the seconds taken (see :func:`execute_notebook`; cell numbers in its
@@ -94,7 +102,7 @@ def execute_scope(nb: NotebookNode, scope: str, cwd: Path, name: str, timeout: i
     for mine, cell in zip(nb.cells, work.cells):
         if cell.get("cell_type") == "code" and id(mine) not in chosen:
             cell.source, cell.outputs = "", []  # nbclient runs nothing for an empty cell
-    seconds = execute_notebook(work, cwd, name, timeout, env)
+    seconds = execute_notebook(work, cwd, name, timeout, env, fork)
     for mine, done in zip(nb.cells, work.cells):
         if id(mine) in chosen:
             mine.outputs, mine.execution_count = done.outputs, done.execution_count
@@ -144,7 +152,7 @@ def smoke_each(notebooks: Sequence[Path], book: Path = BOOK, workdir: Path | Non
             if problems:
                 return NotebookFailed(f"{display_path(book / rel)}: " + "; ".join(problems))
             try:
-                return execute_notebook(nb, target.parent, display_path(book / rel), env=env)
+                return execute_notebook(nb, target.parent, display_path(book / rel), env=env, fork=True)
             except NotebookFailed as error:
                 return error
 

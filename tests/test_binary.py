@@ -22,8 +22,9 @@ from marks import gpu
 from mentor import _threshold_kernel as kernel
 from mentor.binary import FusedBinary
 from mentor.flat_sync import flat_sync
-from mentor.lab.ddp import launch, single_rank_group
+from mentor.lab.ddp import single_rank_group
 from mentor.syncs import SyncReport, _intercept, sync_guard
+import ranks
 from ranks import short_gloo_group
 from test_threshold_kernel import neighbours, relaid
 
@@ -358,12 +359,15 @@ def binary_on_a_shard(rank: int, world_size: int) -> dict[tuple[bool, int | None
     return out
 
 
+BINARY_ON_A_SHARD_KEY = ranks.on_two_ranks(binary_on_a_shard)
+
+
 def test_two_gloo_ranks_equal_torchmetrics_on_all_the_data():
     """Under torchmetrics' sync and under flat_sync, both ranks get the values of all the data; after compute()
     each rank's state is its own again; an invalid target on one rank makes both ranks' values NaN."""
     steps = _steps(11)
     want = {key: [value.item()] for key, value in binary_reference(0.5, None, 0, steps).items()}
-    results = launch(binary_on_a_shard, 2, backend="gloo", timeout=120)
+    results = ranks.results(BINARY_ON_A_SHARD_KEY)
     assert [r.error for r in results] == [None, None]
     for flat in (False, True):
         for r in results:

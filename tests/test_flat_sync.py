@@ -15,6 +15,7 @@ from mentor.flat_sync import flat_sync
 from mentor.lab.ddp import single_rank_group
 from mentor.suite import FusedMetrics
 from mentor.syncs import SyncReport, _intercept
+import ranks
 
 
 def collectives(metric) -> tuple[dict[str, int], object]:
@@ -251,6 +252,9 @@ def dtype_sums_on_two_ranks(rank: int, world_size: int) -> dict[str, dict[str, o
     return out
 
 
+DTYPE_SUMS_ON_TWO_RANKS_KEY = ranks.on_two_ranks(dtype_sums_on_two_ranks)
+
+
 def test_on_two_gloo_ranks_every_dtype_syncs_as_torchmetrics_sync_does() -> None:
     """torchmetrics stacks the gathered states and sums them with torch.sum (dim_zero_sum), which returns int64 for
     bool and integer states: the flat sync gives each state that dtype and value, in one all_reduce per sync. The old
@@ -258,7 +262,6 @@ def test_on_two_gloo_ranks_every_dtype_syncs_as_torchmetrics_sync_does() -> None
     stayed True) and rounded int64 counts above 2**53."""
     from torchmetrics.utilities.data import dim_zero_sum
 
-    from mentor.lab.ddp import launch
 
     want = {name: dim_zero_sum(torch.stack([torch.tensor(r0, dtype=dtype), torch.tensor(r1, dtype=dtype)]))
             for name, (dtype, r0, r1) in STATES.items()}
@@ -268,7 +271,7 @@ def test_on_two_gloo_ranks_every_dtype_syncs_as_torchmetrics_sync_does() -> None
     assert want["int64"].tolist() == [2**54 + 3, 2**61 + 2]
     assert {want[n].dtype for n in ("int32", "int16", "uint8", "bool", "int64")} == {torch.int64}
     assert (want["float32"].dtype, want["float64"].tolist()) == (torch.float32, [0.30000000000000004, 1e300])
-    results = launch(dtype_sums_on_two_ranks, 2, backend="gloo", timeout=120)
+    results = ranks.results(DTYPE_SUMS_ON_TWO_RANKS_KEY)
     assert [r.error for r in results] == [None, None]
     for r in results:
         for case, names in CASES.items():

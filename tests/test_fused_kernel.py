@@ -21,11 +21,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ranks
 from marks import gpu
 from mentor import _direct_launch as direct_module
 from mentor import _fused_kernel as kernel
 from mentor import suite as suite_module
-from mentor.lab.ddp import launch
 from mentor.suite import FusedMetrics
 from mentor.syncs import count_syncs
 
@@ -207,8 +207,11 @@ def held_states_across_compute(rank: int, world_size: int) -> dict[str, object]:
             "global_accuracy": out["accuracy_micro"].item(), "loss": out["loss"].item()}
 
 
+HELD_STATES_ACROSS_COMPUTE_KEY = ranks.on_two_ranks(held_states_across_compute)
+
+
 def test_on_two_gloo_ranks_compute_leaves_each_state_in_its_own_tensor():
-    results = launch(held_states_across_compute, 2, backend="gloo", timeout=120)
+    results = ranks.results(HELD_STATES_ACROSS_COMPUTE_KEY)
     assert [r.error for r in results] == [None, None]
     for r in results:
         assert r.value["same"] == [True] * 6

@@ -19,9 +19,9 @@ from marks import gpu
 from mentor import _threshold_kernel as kernel
 from mentor.binary import FusedBinary
 from mentor.flat_sync import flat_sync
-from mentor.lab.ddp import launch
 from mentor.multilabel import AVERAGES, FusedMultilabel
 from mentor.syncs import sync_guard
+import ranks
 from ranks import short_gloo_group
 from test_binary import ANY_THRESHOLD, COUNTS, FEW_THRESHOLDS, _cuda, assert_same, mean_loss, settings_and_steps
 
@@ -174,12 +174,15 @@ def multilabel_on_a_shard(rank: int, world_size: int) -> dict[str, list[float]]:
     return {key: value.reshape(-1).tolist() for key, value in metric.compute().items()}
 
 
+MULTILABEL_ON_A_SHARD_KEY = ranks.on_two_ranks(multilabel_on_a_shard)
+
+
 def test_two_gloo_ranks_equal_torchmetrics_on_all_the_data():
     gen = torch.Generator().manual_seed(2)
     steps = [(torch.tensor(i / 4), torch.randn(10, 4, generator=gen), torch.randint(0, 2, (10, 4), generator=gen))
              for i in range(4)]
     want = {k: v.reshape(-1).tolist() for k, v in multilabel_reference(4, 0.5, None, 0, steps, True).items()}
-    results = launch(multilabel_on_a_shard, 2, backend="gloo", timeout=120)
+    results = ranks.results(MULTILABEL_ON_A_SHARD_KEY)
     assert [r.error for r in results] == [None, None]
     assert [r.value for r in results] == [want, want]
 

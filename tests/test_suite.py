@@ -19,10 +19,10 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score, M
 
 from exact import whole
 from marks import gpu
-from mentor.lab.ddp import launch
 from mentor.invalid import InvalidLabelsError, check_report
 from mentor.suite import AVERAGES, SCORES, FusedMetrics, scores
 from mentor.syncs import count_syncs
+import ranks
 from ranks import Attempts, short_gloo_group
 
 TORCHMETRICS = {"accuracy": MulticlassAccuracy, "precision": MulticlassPrecision, "recall": MulticlassRecall,
@@ -255,13 +255,16 @@ def suite_on_a_shard(rank: int, world_size: int, seed: int) -> dict[str, list[fl
     return {key: value.reshape(-1).tolist() for key, value in suite.compute().items()}
 
 
+SUITE_ON_A_SHARD_KEY = ranks.on_two_ranks(suite_on_a_shard, 7)
+
+
 def test_two_gloo_ranks_equal_one_process_over_all_the_data():
     steps, _ = _shards(7, 2)
     single = FusedMetrics(5, per_class=True)
     for loss, preds, target in steps:
         single.update(loss, preds, target)
     want = {key: value.reshape(-1).tolist() for key, value in single.compute().items()}
-    results = launch(suite_on_a_shard, 2, 7, backend="gloo", timeout=120)
+    results = ranks.results(SUITE_ON_A_SHARD_KEY)
     assert [r.error for r in results] == [None, None]
     for r in results:
         assert r.value.keys() == want.keys()
@@ -379,6 +382,9 @@ def invalid_labels_on_two_ranks(rank: int, world_size: int) -> dict[str, object]
     return out
 
 
+INVALID_LABELS_ON_TWO_RANKS_KEY = ranks.on_two_ranks(invalid_labels_on_two_ranks)
+
+
 def test_on_two_gloo_ranks_an_invalid_label_on_one_makes_both_ranks_values_nan_together():
     """compute() sums the invalid-label count over the ranks with the other states, so rank 1, which saw none,
     reports the same count and NaN values as rank 0; each rank then holds its own states again (unsynced), and
@@ -390,7 +396,7 @@ def test_on_two_gloo_ranks_an_invalid_label_on_one_makes_both_ranks_values_nan_t
     assert want["invalid_labels"] == [0] and "nan" not in str(want)
     nan = {key: ["nan"] * len(value) for key, value in want.items()}
     one = {**nan, "invalid_labels": [1]}
-    results = launch(invalid_labels_on_two_ranks, 2, backend="gloo", timeout=120)
+    results = ranks.results(INVALID_LABELS_ON_TWO_RANKS_KEY)
     assert [r.error for r in results] == [None, None]
     for r in results:
         got = r.value

@@ -25,6 +25,7 @@ from exact import whole
 from marks import gpu, warm
 from mentor.sync_free import host_scalar, multiclass_counts, scatter_stat_scores, suppress_nan_check
 from mentor.syncs import count_syncs
+import ranks
 from ranks import Attempts, short_gloo_group
 
 
@@ -513,17 +514,19 @@ def scatter_calls_that_raise_on_two_ranks(rank: int, world_size: int) -> dict[st
     return out
 
 
+SCATTER_CALLS_THAT_RAISE_ON_TWO_RANKS_KEY = ranks.on_two_ranks(scatter_calls_that_raise_on_two_ranks)
+
+
 def test_scatter_calls_that_raise_on_two_gloo_ranks_leave_the_ranks_in_step():
     """As FusedMetrics (tests/test_suite.py): compute() syncs before it reads the invalid-label count, so both ranks
     raise together; each is then unsynced with its own states (torchmetrics left it synced, and the next compute
     failed with "already been synced"). After rank 0's failed forward both ranks gather the good batches' values."""
-    from mentor.lab.ddp import launch
 
     plain = MulticlassPrecision(num_classes=3, average="macro")
     for batch in GOOD_LABELS:
         plain.update(*batch)
     want = plain.compute().item()
-    results = launch(scatter_calls_that_raise_on_two_ranks, 2, backend="gloo", timeout=120)
+    results = ranks.results(SCATTER_CALLS_THAT_RAISE_ON_TWO_RANKS_KEY)
     assert [r.error for r in results] == [None, None]
     for r in results:
         got = r.value

@@ -69,6 +69,15 @@ def test_a_forked_kernel_starts_as_a_fresh_one_with_torch_already_imported(tmp_p
     assert fresh["backend"] == ("module://matplotlib_inline.backend_inline" if backend is None else backend)
 
 
+def test_a_notebook_that_does_not_import_torch_gets_a_fresh_kernel(tmp_path: Path) -> None:
+    """No zygote is started for it (it would cost torch's import for nothing), and torch is not imported."""
+    nb = new_notebook(cells=[new_code_cell("%time x = 1\nimport sys\nprint('torch' in sys.modules)")])
+    before = dict(zygote._ZYGOTES)
+    nb_runs.execute_notebook(nb, tmp_path, "plain.ipynb", env=CALLER | {"ZYGOTE_MARK": "plain"}, fork=True)
+    assert "".join(o.get("text", "") for o in nb.cells[0].outputs).split()[-1] == "False"
+    assert zygote._ZYGOTES == before
+
+
 def _manager(env: dict[str, str]):
     """A started kernel manager and its client, kernel env ``env``, from a zygote that imported only json (quick
     to start), with the caller's env."""
@@ -175,3 +184,10 @@ def test_smoke_runs_and_renders_fork_their_kernels_and_nothing_else_does(tmp_pat
 
 
 ORIGINAL = nb_runs.execute_notebook
+
+
+def test_the_docstring_examples_hold() -> None:
+    import doctest
+
+    result = doctest.testmod(zygote)
+    assert result.attempted >= 3 and result.failed == 0

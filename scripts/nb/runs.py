@@ -52,8 +52,9 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
     Raises NotebookFailed naming ``name`` and the failing cell. The kernel gets ``env`` (default:
     os.environ, read now), with the repository root prepended to PYTHONPATH so that ``import mentor``
     works anywhere; os.environ itself is left alone, so notebooks can run in several threads at once.
-    With ``fork`` the kernel is forked from a process that has imported torch once (:mod:`nb.zygote`): for the
-    CPU smoke runs and the renders, never for a run that measures.
+    With ``fork``, a notebook that imports torch (or a package that does) gets a kernel forked from a process that
+    has imported torch once (:mod:`nb.zygote`): for the CPU smoke runs and the renders, never for a run that
+    measures.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
@@ -62,9 +63,10 @@ def execute_notebook(nb: NotebookNode, cwd: Path, name: str, timeout: int = TIME
     kernel["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), kernel.get("PYTHONPATH", "")) if p)
     extra = {}
     if fork:
-        from nb.zygote import kernel_manager
+        from nb import zygote
 
-        extra["kernel_manager_class"] = kernel_manager(kernel)
+        if zygote.imports_torch([cell.source for cell in nb.cells if cell.get("cell_type") == "code"]):
+            extra["kernel_manager_class"] = zygote.kernel_manager(kernel)
     current: dict[str, int] = {}
     client = NotebookClient(
         nb,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -35,6 +36,7 @@ import tempfile
 
 PRELOAD = ("torch", "torchmetrics")  # torchmetrics imports torchvision, torch._dynamo and matplotlib
 LAUNCHER = ("-m", "ipykernel_launcher")
+TORCH_PACKAGES = {"torch", "torchmetrics", "torchvision", "mentor"}
 INLINE = "module://matplotlib_inline.backend_inline"  # what ipykernel's kernelapp puts in MPLBACKEND when unset
 _MESSAGE = 1 << 20
 
@@ -52,6 +54,28 @@ def _differs(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
 
 
 # --- the side that starts kernels (nbtools' process) ---
+
+def imports_torch(sources: list[str]) -> bool:
+    """Whether code cells ``sources`` import torch or a package that imports it (torchmetrics, torchvision,
+    mentor): only then does a forked kernel save the import. IPython's magic and shell lines are skipped.
+
+    >>> imports_torch(["x = 1", "%matplotlib inline\\nfrom mentor.lab import env"]), imports_torch(["import json"])
+    (True, False)
+    """
+    import ast
+
+    for source in sources:
+        try:
+            tree = ast.parse(re.sub(r"^\s*[%!].*$", "", source, flags=re.MULTILINE))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(name.split(".")[0] in TORCH_PACKAGES for name in names):
+                return True
+    return False
+
 
 _ZYGOTES: dict[tuple, tuple[subprocess.Popen, str]] = {}
 KEEP = 2  # zygotes kept at once (each holds torch's imports, some 400 MB); the least recently used one goes first

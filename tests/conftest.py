@@ -101,9 +101,17 @@ def _selected(session: pytest.Session, name: str) -> list[Path]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the background lane for what this session's tests select (nothing if they select none of it)."""
+    """Start the background jobs of the modules whose tests are selected (tests/background.py), and the
+    background lane for what this session's tests select (nothing if they select none of it)."""
     if session.config.option.collectonly:
         return
+    import background
+
+    background.start({item.module.__name__ for item in session.items if getattr(item, "module", None)})
+    _start_lane(session)
+
+
+def _start_lane(session: pytest.Session) -> None:
     import shlex
     import tempfile
 
@@ -166,10 +174,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     lane = config.stash.get(LANE, None)
     if lane is not None:
         terminalreporter.write_line(lane_summary(lane))
+    import background
+
+    if background.summary():
+        terminalreporter.write_line(background.summary())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A session that ends early (-x, Ctrl-C) does not leave the lane behind; its folder is removed."""
+    """A session that ends early (-x, Ctrl-C) does not leave the lane behind; its folder is removed. Background
+    jobs not started yet are cancelled."""
+    import background
+
+    background.shutdown()
     lane = config.stash.get(LANE, None)
     if lane is None:
         return

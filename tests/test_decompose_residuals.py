@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import background
 from mentor.lab.trace import HOST_API_CATEGORIES, load_trace, step_windows, sync_events
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,10 +273,23 @@ def test_main_refuses_an_unknown_part(capsys):
     assert stop.value.code == 2 and "--part takes compiled, frameworks, eager" in capsys.readouterr().err
 
 
+def smoke_run(env: dict[str, str]):
+    """Background job: the script's smoke run of its three parts, into a folder of its own; (the finished
+    process, the folder)."""
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="decompose-smoke-"))
+    done = background.run([sys.executable, str(SCRIPT), "--part", "eager,compiled,frameworks", "--smoke", "--out",
+                           str(out)], env, timeout=300, cwd=REPO)
+    return done, out
+
+
+SMOKE = background.job(smoke_run)
+
+
 @pytest.mark.subprocess
-def test_smoke_run(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--part", "eager,compiled,frameworks", "--smoke", "--out",
-                           str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
+def test_smoke_run():
+    done, tmp_path = background.result(SMOKE)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
     frameworks = json.loads((tmp_path / "frameworks.json").read_text())["results"]
     assert list(frameworks) == ["Lightning, fp32 b128", "Accelerate, fp32 b128"]

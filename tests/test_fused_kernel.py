@@ -10,9 +10,7 @@ no graph break, no recompile, no CUDA-graph skip, no launch of its own, values e
 from __future__ import annotations
 
 import copy
-import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import background
 import ranks
 from marks import gpu
 from mentor import _direct_launch as direct_module
@@ -29,6 +28,15 @@ from mentor import suite as suite_module
 from mentor.suite import FusedMetrics
 from mentor.syncs import count_syncs
 
+def interpreted_fused(env: dict[str, str]):
+    """Background job: tests/interpreted_kernel.py under Triton's interpreter, 100 hypothesis examples."""
+    script = Path(__file__).with_name("interpreted_kernel.py")
+    return background.run([sys.executable, str(script)], {**env, "TRITON_INTERPRET": "1", "EXAMPLES": "100"},
+                          timeout=600)
+
+
+INTERPRETED = background.job(interpreted_fused)
+
 STATES = ("tp", "fp", "fn", "loss_sum", "loss_count", "invalid_labels")
 
 
@@ -36,9 +44,7 @@ STATES = ("tp", "fp", "fn", "loss_sum", "loss_count", "invalid_labels")
 def test_the_interpreted_kernel_equals_the_plain_update():
     """Triton's interpreter runs the kernel on CPU tensors: 100 hypothesis examples (logits of every float dtype,
     transposed views, NaN / inf / ties, several column tiles, class indices, ignore_index, out-of-range labels)."""
-    script = Path(__file__).with_name("interpreted_kernel.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "EXAMPLES": "100"}
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    done = background.result(INTERPRETED)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout[-3000:] + done.stderr[-3000:]
 
 

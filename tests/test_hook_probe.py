@@ -2,18 +2,29 @@
 it also takes the launch path apart."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import background
 from marks import gpu
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_smoke_run_writes_each_way_with_its_calls(tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "hook_probe.py"), "--smoke", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+def smoke_run(env: dict[str, str]):
+    """Background job: the probe's smoke run into a folder of its own; (the finished process, the folder)."""
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="hook-probe-smoke-"))
+    return background.run([sys.executable, str(REPO / "scripts" / "hook_probe.py"), "--smoke", "--out", str(out)],
+                          env, timeout=300, cwd=REPO), out
+
+
+SMOKE = background.job(smoke_run)
+
+
+def test_smoke_run_writes_each_way_with_its_calls():
+    done, tmp_path = background.result(SMOKE)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "hook_probe.json").read_text())
     assert record["smoke"] is True and record["repeats"] == 5

@@ -4,16 +4,59 @@ collectives' process group, so that a changed default or argument fails here too
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import background
 import pytest
 
 from mentor.lab import worker
 
+REPO = Path(__file__).resolve().parent.parent
+RUNS = """
+import json, os, sys
+from mentor.lab import worker
+out = {}
+for name, task, backend, profile in [("agree", "agree", "gloo", None), ("sync-cost", "sync-cost", "gloo", "smoke"),
+                                     ("placements", "placements", "gloo", None), ("agree on nccl", "agree", "nccl", None)]:
+    if profile:
+        os.environ["MENTOR_PROFILE"] = profile
+    try:
+        out[name] = {"records": worker.run(task, 2, backend=backend)}
+    except RuntimeError as error:
+        out[name] = {"error": str(error)}
+    os.environ.pop("MENTOR_PROFILE", None) if profile else None
+json.dump(out, sys.stdout)
+"""
+
+
+def torchrun_runs(env: dict[str, str]) -> dict[str, dict]:
+    """Background job: worker.run of each task the tests below read, in one process of its own (each run starts
+    torchrun and two ranks); {name: {"records": [...]} or {"error": the RuntimeError's message}}."""
+    env = {**env, "PYTHONPATH": str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")}
+    env.pop("MENTOR_PROFILE", None)
+    done = subprocess.run([sys.executable, "-c", RUNS], env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"the torchrun runs failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+RUNS_KEY = background.job(torchrun_runs)
+
+
+def _records(name: str) -> list[dict]:
+    """The records of run ``name``; raises the RuntimeError worker.run raised."""
+    run = background.result(RUNS_KEY)[name]
+    if "error" in run:
+        raise RuntimeError(run["error"])
+    return run["records"]
+
 
 @pytest.fixture(scope="module")
 def agree_records() -> list[dict]:
-    return worker.run("agree", 2, backend="gloo")
+    return _records("agree")
 
 
 @pytest.mark.subprocess
@@ -67,15 +110,8 @@ def test_without_the_sync_each_rank_sees_only_its_shard(agree_records: list[dict
 
 
 @pytest.fixture(scope="module")
-def cost_records(monkeypatch_module: pytest.MonkeyPatch) -> list[dict]:
-    monkeypatch_module.setenv("MENTOR_PROFILE", "smoke")
-    return worker.run("sync-cost", 2, backend="gloo")
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
+def cost_records() -> list[dict]:
+    return _records("sync-cost")  # in the smoke profile
 
 
 @pytest.mark.subprocess
@@ -122,7 +158,7 @@ def test_collectives_per_report_follow_the_states(cost_records: list[dict]) -> N
 
 @pytest.mark.subprocess
 def test_placements_on_gloo_give_each_rank_the_expected_mean() -> None:
-    records = worker.run("placements", 2, backend="gloo")
+    records = _records("placements")
     by_rank = [{row["placement"]: row.get("value", row.get("error")) for row in r["result"]} for r in records]
     assert by_rank == [{"no sync": 1.0, "default group": 1.5, "gloo subgroup": 1.5},
                        {"no sync": 2.0, "default group": 1.5, "gloo subgroup": 1.5}]
@@ -131,7 +167,7 @@ def test_placements_on_gloo_give_each_rank_the_expected_mean() -> None:
 @pytest.mark.subprocess
 def test_a_failed_run_says_so_with_torchrun_output() -> None:
     with pytest.raises(RuntimeError, match=r"torchrun of mentor.lab.worker agree failed \(exit 1\)"):
-        worker.run("agree", 2, backend="nccl")  # no CUDA here: every rank fails to pick its GPU
+        _records("agree on nccl")  # no CUDA here: every rank fails to pick its GPU
 
 
 @pytest.mark.subprocess

@@ -10,7 +10,6 @@ value, and for float32 and float64 values around the threshold, equals torch's s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import background
 from marks import gpu
 from mentor import _threshold_kernel as kernel
 from mentor._thresholded import plain_counts
@@ -222,13 +222,23 @@ def _interpreted_equals_plain(case, updates):
     assert states[4].item() == loss.float().item() * updates and int(states[5]) == updates
 
 
+def interpreted_threshold(env: dict[str, str]):
+    """Background job: this file as a script under Triton's interpreter, 100 hypothesis examples (None without
+    Triton)."""
+    if not kernel.AVAILABLE:
+        return None
+    return background.run([sys.executable, str(Path(__file__))], {**env, "TRITON_INTERPRET": "1", "EXAMPLES": "100"},
+                          timeout=600, cwd=Path(__file__).parent)
+
+
+INTERPRETED = background.job(interpreted_threshold)
+
+
 @pytest.mark.subprocess
 @pytest.mark.skipif(not kernel.AVAILABLE, reason="Triton is not installed")
 def test_the_interpreted_kernel_equals_the_plain_update():
     """Triton's interpreter runs the kernel on CPU tensors (numpy): 100 hypothesis examples of every kind above."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "EXAMPLES": "100"}
-    done = subprocess.run([sys.executable, str(Path(__file__))], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=Path(__file__).parent)
+    done = background.result(INTERPRETED)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-3000:] + done.stderr[-3000:]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from hypothesis import strategies as st
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.utilities.data import dim_zero_sum
 
+import background
 from exact import whole
 from marks import gpu
 from mentor import _fused_kernel as kernel
@@ -292,11 +292,18 @@ def test_on_untied_logits_the_rule_agrees_with_torch_topk(classes, n, dtype, see
 # The kernel under Triton's interpreter (this file as a script, in a subprocess with TRITON_INTERPRET=1)
 
 
+def interpreted_top_k(env: dict[str, str]):
+    """Background job: this file as a script under Triton's interpreter, 40 hypothesis examples."""
+    return background.run([sys.executable, str(Path(__file__))], {**env, "TRITON_INTERPRET": "1", "EXAMPLES": "40"},
+                          timeout=900)
+
+
+INTERPRETED = background.job(interpreted_top_k)
+
+
 @pytest.mark.subprocess
 def test_the_interpreted_kernel_equals_the_plain_path_untied_and_follows_the_rule_tied():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "EXAMPLES": "40"}
-    done = subprocess.run([sys.executable, str(Path(__file__))], env=env, capture_output=True, text=True,
-                          timeout=900)
+    done = background.result(INTERPRETED)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-3000:] + done.stderr[-3000:]
 
 

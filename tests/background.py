@@ -1,0 +1,98 @@
+"""Jobs that tests wait for, started in the background once the tests are collected.
+
+On two cores, a test that starts a process importing torch holds the session for every second that process takes.
+Started early, beside the other tests, the same process costs the session only a share of a core. A test module
+registers each such job at import, ``KEY = background.job(fn)``: ``fn`` takes no argument and usually runs a
+subprocess with the environment it is given. Once the tests are collected, ``tests/conftest.py`` calls
+:func:`start` with the modules that have selected tests: their jobs run one after the other in one thread, in the
+order they were registered. A test calls ``result(KEY)``: it waits for the job and returns its value or raises
+its error; a job that nothing started (its module's tests were not selected at collection) runs there and then.
+
+A job runs beside other tests, so it must not read what a test may change meanwhile: it gets a copy of the
+environment made at :func:`start` (``env``), never ``os.environ``, and it must not rely on monkeypatching.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+_JOBS: dict[str, tuple[str, Callable[[dict[str, str]], Any]]] = {}
+_FUTURES: dict[str, Future] = {}
+_SECONDS: dict[str, float] = {}
+_POOL: ThreadPoolExecutor | None = None
+_LOCK = threading.Lock()
+
+
+def job(fn: Callable[[dict[str, str]], Any]) -> str:
+    """Register ``fn(env)`` as a job of the module that defines it; returns the key :func:`result` takes."""
+    key = f"{fn.__module__}.{fn.__qualname__}"
+    _JOBS[key] = (fn.__module__, fn)
+    return key
+
+
+def _timed(key: str, fn: Callable[[dict[str, str]], Any], env: dict[str, str]) -> Any:
+    begin = time.monotonic()
+    try:
+        return fn(env)
+    finally:
+        _SECONDS[key] = time.monotonic() - begin
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float, **kwargs: Any):
+    """``subprocess.run`` of ``argv`` with ``env``, its output captured as text: what most jobs do."""
+    import subprocess
+
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def start(modules: Iterable[str], env: dict[str, str] | None = None) -> list[str]:
+    """Start, in one background thread, the registered jobs of ``modules``, in order; returns their keys."""
+    global _POOL
+    wanted = set(modules)
+    env = dict(os.environ if env is None else env)
+    with _LOCK:
+        keys = [key for key, (module, _) in _JOBS.items() if module in wanted and key not in _FUTURES]
+        if keys and _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-job")
+        for key in keys:
+            _FUTURES[key] = _POOL.submit(_timed, key, _JOBS[key][1], env)
+    return keys
+
+
+def result(key: str) -> Any:
+    """The value of job ``key`` (waiting for it), or the error it raised; run it now if nothing started it."""
+    if key not in _JOBS:
+        raise KeyError(f"{key!r} is not a registered job: register it with background.job at import")
+    with _LOCK:
+        future = _FUTURES.get(key)
+        if future is None:
+            future = _FUTURES[key] = Future()
+            mine = True
+        else:
+            mine = False
+    if mine:
+        try:
+            future.set_result(_timed(key, _JOBS[key][1], dict(os.environ)))
+        except BaseException as error:  # noqa: BLE001 - kept for every test that asks, as a started job's is
+            future.set_exception(error)
+    return future.result()
+
+
+def summary() -> str | None:
+    """One line: each job that ran and its seconds, or None if none ran."""
+    if not _SECONDS:
+        return None
+    return "background jobs: " + ", ".join(f"{key} {seconds:.0f} s" for key, seconds in _SECONDS.items())
+
+
+def shutdown() -> None:
+    """Cancel the jobs not started yet and wait for the one running (its subprocess ends with its timeout)."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        _POOL = None

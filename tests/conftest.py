@@ -101,13 +101,13 @@ def _selected(session: pytest.Session, name: str) -> list[Path]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the background jobs of the modules whose tests are selected (tests/background.py), and the
+    """Start the background jobs that the selected tests use (tests/background.py), and the
     background lane for what this session's tests select (nothing if they select none of it)."""
     if session.config.option.collectonly:
         return
     import background
 
-    background.start({item.module.__name__ for item in session.items if getattr(item, "module", None)})
+    background.start(session.items)
     _start_lane(session)
 
 
@@ -142,13 +142,15 @@ def _start_lane(session: pytest.Session) -> None:
                       + " ".join(shlex.quote(str(nb)) for nb in renders)))
     if smoke:
         lane["smoke"] = folder / "smoke.json"
-        steps.append(("smoke run", f"{python} {nbtools} smoke --json {shlex.quote(str(lane['smoke']))} "
+        steps.append(("smoke run", f"{python} {nbtools} smoke --jobs 2 --json {shlex.quote(str(lane['smoke']))} "
                       + " ".join(shlex.quote(str(nb)) for nb in smoke)))
     lane["log_file"] = open(lane["log"], "w")
     timing = shlex.quote(str(lane["timing"]))  # each step's seconds, then the time the lane ended
     script = "; ".join(f"s=$SECONDS; {command}; echo \"{name}: $((SECONDS - s))\" >> {timing}" for name, command in steps)
     script += f"; echo \"end: $(date +%s.%N)\" >> {timing}"
-    lane["process"] = subprocess.Popen(["bash", "-c", script], stdout=lane["log_file"],
+    # at a lower priority than the tests: it takes what CPU they leave, and both cores (two notebooks at once) once
+    # they are done
+    lane["process"] = subprocess.Popen(["nice", "-n", "10", "bash", "-c", script], stdout=lane["log_file"],
                                        stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     session.config.stash[LANE] = lane
 

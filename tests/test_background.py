@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import os
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 import background
+
+
+def item(name: str, *fixtures: str, module: str = __name__) -> SimpleNamespace:
+    """A stand-in for a collected pytest item."""
+    return SimpleNamespace(module=SimpleNamespace(__name__=module), originalname=name, fixturenames=list(fixtures))
 
 
 @pytest.fixture
@@ -35,11 +41,15 @@ def test_jobs_run_in_order_in_one_thread_with_the_environment_of_their_start(fre
     def elsewhere(env):
         ran.append(("elsewhere",))
 
-    keys = [fresh.job(first), fresh.job(second)]
+    def unused(env):
+        ran.append(("unused",))
+
+    keys = [fresh.job(first, "test_a"), fresh.job(second, "records")]
+    unused_key = fresh.job(unused, "test_b")
     elsewhere.__module__ = "another_module"
-    other = fresh.job(elsewhere)
+    other = fresh.job(elsewhere, "test_a")
     monkeypatch.setenv("BG_MARK", "at start")
-    assert fresh.start([__name__]) == keys
+    assert fresh.start([item("test_a"), item("test_c", "tmp_path", "records"), item("test_b", module="x")]) == keys
     monkeypatch.setenv("BG_MARK", "changed by a test")
     gate.set()
     assert fresh.result(keys[0]) == 1
@@ -47,7 +57,8 @@ def test_jobs_run_in_order_in_one_thread_with_the_environment_of_their_start(fre
         fresh.result(keys[1])
     assert [r[:2] for r in ran] == [("first", "at start"), ("second", "at start")]
     assert ran[0][2] == ran[1][2] != threading.current_thread().name and ran[0][2].startswith("background-job")
-    assert other not in fresh._FUTURES and ("elsewhere",) not in ran
+    assert other not in fresh._FUTURES and unused_key not in fresh._FUTURES
+    assert ("elsewhere",) not in ran and ("unused",) not in ran
     assert fresh.summary().startswith(f"background jobs: {keys[0]} ") and keys[1] in fresh.summary()
 
 
@@ -58,17 +69,19 @@ def test_a_job_nothing_started_runs_when_asked_and_once(fresh, monkeypatch) -> N
         calls.append(env.get("BG_MARK"))
         return len(calls)
 
-    key = fresh.job(late)
+    key = fresh.job(late, "test_late")
     monkeypatch.setenv("BG_MARK", "when asked")
     assert fresh.summary() is None
     assert fresh.result(key) == 1 and fresh.result(key) == 1
     assert calls == ["when asked"]
-    assert fresh.start([__name__]) == []  # already done: not run again
+    assert fresh.start([item("test_late")]) == []  # already done: not run again
 
 
-def test_an_unregistered_key_is_refused(fresh) -> None:
+def test_an_unregistered_key_and_a_job_without_users_are_refused(fresh) -> None:
     with pytest.raises(KeyError, match="not a registered job"):
         fresh.result("nowhere.job")
+    with pytest.raises(ValueError, match="name the tests or fixtures that read"):
+        fresh.job(lambda env: None)
 
 
 def test_run_captures_the_output_as_text_with_the_given_environment(tmp_path) -> None:

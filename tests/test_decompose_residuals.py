@@ -284,7 +284,7 @@ def smoke_run(env: dict[str, str]):
     return done, out
 
 
-SMOKE = background.job(smoke_run)
+SMOKE = background.job(smoke_run, "test_smoke_run")
 
 
 @pytest.mark.subprocess

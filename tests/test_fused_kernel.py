@@ -35,7 +35,7 @@ def interpreted_fused(env: dict[str, str]):
                           timeout=600)
 
 
-INTERPRETED = background.job(interpreted_fused)
+INTERPRETED = background.job(interpreted_fused, "test_the_interpreted_kernel_equals_the_plain_update")
 
 STATES = ("tp", "fp", "fn", "loss_sum", "loss_count", "invalid_labels")
 

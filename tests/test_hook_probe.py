@@ -20,7 +20,7 @@ def smoke_run(env: dict[str, str]):
                           env, timeout=300, cwd=REPO), out
 
 
-SMOKE = background.job(smoke_run)
+SMOKE = background.job(smoke_run, "test_smoke_run_writes_each_way_with_its_calls")
 
 
 def test_smoke_run_writes_each_way_with_its_calls():

@@ -43,7 +43,9 @@ def torchrun_runs(env: dict[str, str]) -> dict[str, dict]:
     return json.loads(done.stdout)
 
 
-RUNS_KEY = background.job(torchrun_runs)
+RUNS_KEY = background.job(torchrun_runs, "agree_records", "cost_records",
+                          "test_placements_on_gloo_give_each_rank_the_expected_mean",
+                          "test_a_failed_run_says_so_with_torchrun_output")
 
 
 def _records(name: str) -> list[dict]:

@@ -231,7 +231,7 @@ def interpreted_threshold(env: dict[str, str]):
                           timeout=600, cwd=Path(__file__).parent)
 
 
-INTERPRETED = background.job(interpreted_threshold)
+INTERPRETED = background.job(interpreted_threshold, "test_the_interpreted_kernel_equals_the_plain_update")
 
 
 @pytest.mark.subprocess

@@ -298,7 +298,8 @@ def interpreted_top_k(env: dict[str, str]):
                           timeout=900)
 
 
-INTERPRETED = background.job(interpreted_top_k)
+INTERPRETED = background.job(interpreted_top_k,
+                             "test_the_interpreted_kernel_equals_the_plain_path_untied_and_follows_the_rule_tied")
 
 
 @pytest.mark.subprocess

@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 PRELOAD = ("torch", "torchmetrics")  # torchmetrics imports torchvision, torch._dynamo and matplotlib
 LAUNCHER = ("-m", "ipykernel_launcher")
@@ -78,6 +79,7 @@ def imports_torch(sources: list[str]) -> bool:
 
 
 _ZYGOTES: dict[tuple, tuple[subprocess.Popen, str]] = {}
+_STARTING = threading.Lock()
 KEEP = 2  # zygotes kept at once (each holds torch's imports, some 400 MB); the least recently used one goes first
 
 
@@ -85,6 +87,11 @@ def _start(env: dict[str, str], preload: tuple[str, ...] = PRELOAD) -> str:
     """The socket of a zygote started with ``env`` that has imported ``preload``: one per environment and
     ``preload``, the :data:`KEEP` most recently used kept until this process exits."""
     key = (tuple(sorted(env.items())), preload)
+    with _STARTING:  # smoke runs of several notebooks at once share one zygote
+        return _start_locked(key, env, preload)
+
+
+def _start_locked(key: tuple, env: dict[str, str], preload: tuple[str, ...]) -> str:
     if key in _ZYGOTES and _ZYGOTES[key][0].poll() is None:
         _ZYGOTES[key] = _ZYGOTES.pop(key)  # most recently used last
         return _ZYGOTES[key][1]

@@ -21,6 +21,7 @@ from nbtools_loader import runs as nb_runs
 from nb import zygote
 
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.subprocess  # kernels and zygotes: processes mutmut cannot see, and no mentor code
 
 STATE = """\
 import json, os, sys

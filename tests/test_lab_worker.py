@@ -19,12 +19,13 @@ RUNS = """
 import json, os, sys
 from mentor.lab import worker
 out = {}
-for name, task, backend, profile in [("agree", "agree", "gloo", None), ("sync-cost", "sync-cost", "gloo", "smoke"),
-                                     ("placements", "placements", "gloo", None), ("agree on nccl", "agree", "nccl", None)]:
+for name, task, nproc, backend, profile in [
+        ("agree", "agree", 2, "gloo", None), ("sync-cost", "sync-cost", 2, "gloo", "smoke"),
+        ("placements", "placements", 2, "gloo", None), ("agree on nccl", "agree", 1, "nccl", None)]:
     if profile:
         os.environ["MENTOR_PROFILE"] = profile
     try:
-        out[name] = {"records": worker.run(task, 2, backend=backend)}
+        out[name] = {"records": worker.run(task, nproc, backend=backend)}
     except RuntimeError as error:
         out[name] = {"error": str(error)}
     os.environ.pop("MENTOR_PROFILE", None) if profile else None
@@ -169,7 +170,7 @@ def test_placements_on_gloo_give_each_rank_the_expected_mean() -> None:
 @pytest.mark.subprocess
 def test_a_failed_run_says_so_with_torchrun_output() -> None:
     with pytest.raises(RuntimeError, match=r"torchrun of mentor.lab.worker agree failed \(exit 1\)"):
-        _records("agree on nccl")  # no CUDA here: every rank fails to pick its GPU
+        _records("agree on nccl")  # no CUDA here: the one rank fails to pick its GPU
 
 
 @pytest.mark.subprocess

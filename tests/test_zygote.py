@@ -129,9 +129,10 @@ def test_a_kernel_whose_environment_differs_from_the_zygotes_starts_afresh() -> 
             km.shutdown_kernel(now=True)
 
 
-def test_an_interrupt_reaches_the_forked_kernel_and_a_kill_ends_it() -> None:
+def test_an_interrupt_reaches_the_forked_kernel_and_a_kill_or_a_terminate_ends_it() -> None:
     """nbclient interrupts a cell that runs past its timeout and kills a kernel that does not stop: the signal
-    sent to the process it started reaches the forked kernel, and killing that process ends the kernel too."""
+    sent to the process it started reaches the forked kernel, and killing that process ends the kernel too; so
+    does SIGTERM, which jupyter_client sends before it kills, relayed to the kernel."""
     km, kc = _manager(_kernel_env(CALLER))
     try:
         printed, _ = _run(kc, "import os, sys; print(os.getpid(), 'json' in sys.modules)")
@@ -150,6 +151,16 @@ def test_an_interrupt_reaches_the_forked_kernel_and_a_kill_ends_it() -> None:
         assert printed.strip() == "still here"
         os.kill(km.provisioner.process.pid, signal.SIGKILL)  # as nbclient's last resort does
         assert _gone(pid, within=10), "the forked kernel outlived the process nbclient started"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    km, kc = _manager(_kernel_env(CALLER))
+    try:
+        printed, _ = _run(kc, "import os; print(os.getpid())")
+        pid = int(printed)
+        os.kill(km.provisioner.process.pid, signal.SIGTERM)  # as jupyter_client's terminate does
+        assert _gone(pid, within=10), "SIGTERM did not end the forked kernel"
+        km.provisioner.process.wait(timeout=10)  # connect sees the kernel's end and exits (not a zombie: reaped)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -188,6 +188,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], started: dict[str
     ``started`` is the zygote's environment before its imports: the request must match it, and what the imports
     set (``torch._dynamo``, which torchmetrics imports, sets ``TORCHINDUCTOR_CACHE_DIR`` to inductor's default) is
     set in the kernel too, as its own import of torchmetrics would (every notebook of the book imports it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own handler is not the kernel's
     os.setsid()
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)

@@ -16,16 +16,21 @@ environment made at :func:`start` (``env``), never ``os.environ``, and it must n
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 _JOBS: dict[str, tuple[str, frozenset[str], Callable[[dict[str, str]], Any]]] = {}
 _FUTURES: dict[str, Future] = {}
 _SECONDS: dict[str, float] = {}
 _POOL: ThreadPoolExecutor | None = None
+_SCRATCH: list[str] = []
 _LOCK = threading.Lock()
 
 
@@ -47,10 +52,15 @@ def _timed(key: str, fn: Callable[[dict[str, str]], Any], env: dict[str, str]) -
         _SECONDS[key] = time.monotonic() - begin
 
 
-def run(argv: list[str], env: dict[str, str], timeout: float, **kwargs: Any):
-    """``subprocess.run`` of ``argv`` with ``env``, its output captured as text: what most jobs do."""
-    import subprocess
+def scratch(prefix: str) -> Path:
+    """A new folder for a job's files, removed by :func:`shutdown` at the end of the session."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    _SCRATCH.append(path)
+    return Path(path)
 
+
+def run(argv: list[str], env: dict[str, str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of ``argv`` with ``env``, its output captured as text: what most jobs do."""
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
@@ -103,8 +113,11 @@ def summary() -> str | None:
 
 
 def shutdown() -> None:
-    """Cancel the jobs not started yet and wait for the one running (its subprocess ends with its timeout)."""
+    """Cancel the jobs not started yet, wait for the one running (its subprocess ends with its timeout) and remove
+    the jobs' :func:`scratch` folders."""
     global _POOL
     if _POOL is not None:
         _POOL.shutdown(wait=True, cancel_futures=True)
         _POOL = None
+    while _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)

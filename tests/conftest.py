@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import background
+
 # Must be set before anything imports matplotlib.pyplot; subprocesses inherit it.
 os.environ["MPLBACKEND"] = "Agg"
 # Before torch is imported: on 2 cores shared with the notebooks' smoke run, torch's default of one thread per
@@ -105,8 +107,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     background lane for what this session's tests select (nothing if they select none of it)."""
     if session.config.option.collectonly:
         return
-    import background
-
     background.start(session.items)
     _start_lane(session)
 
@@ -174,8 +174,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     lane = config.stash.get(LANE, None)
     if lane is not None:
         terminalreporter.write_line(lane_summary(lane))
-    import background
-
     if background.summary():
         terminalreporter.write_line(background.summary())
 
@@ -183,8 +181,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A session that ends early (-x, Ctrl-C) does not leave the lane behind; its folder is removed. Background
     jobs not started yet are cancelled."""
-    import background
-
     background.shutdown()
     lane = config.stash.get(LANE, None)
     if lane is None:

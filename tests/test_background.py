@@ -20,7 +20,7 @@ def item(name: str, *fixtures: str, module: str = __name__) -> SimpleNamespace:
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch):
     """background's registry emptied for one test, its pool shut down after it."""
-    for name, value in (("_JOBS", {}), ("_FUTURES", {}), ("_SECONDS", {}), ("_POOL", None)):
+    for name, value in (("_JOBS", {}), ("_FUTURES", {}), ("_SECONDS", {}), ("_POOL", None), ("_SCRATCH", [])):
         monkeypatch.setattr(background, name, value)
     yield background
     background.shutdown()
@@ -88,3 +88,11 @@ def test_run_captures_the_output_as_text_with_the_given_environment(tmp_path) ->
     done = background.run(["sh", "-c", "echo $BG_MARK; pwd"], {**os.environ, "BG_MARK": "given"}, timeout=30,
                           cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.split() == ["given", str(tmp_path)]
+
+
+def test_scratch_folders_go_at_shutdown(fresh) -> None:
+    folders = [fresh.scratch("bg-test-"), fresh.scratch("bg-test-")]
+    (folders[0] / "file").write_text("x")
+    assert folders[0] != folders[1] and all(f.is_dir() for f in folders)
+    fresh.shutdown()
+    assert not any(f.exists() for f in folders)

@@ -276,9 +276,7 @@ def test_main_refuses_an_unknown_part(capsys):
 def smoke_run(env: dict[str, str]):
     """Background job: the script's smoke run of its three parts, into a folder of its own; (the finished
     process, the folder)."""
-    import tempfile
-
-    out = Path(tempfile.mkdtemp(prefix="decompose-smoke-"))
+    out = background.scratch("decompose-smoke-")
     done = background.run([sys.executable, str(SCRIPT), "--part", "eager,compiled,frameworks", "--smoke", "--out",
                            str(out)], env, timeout=300, cwd=REPO)
     return done, out

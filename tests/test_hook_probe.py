@@ -13,9 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def smoke_run(env: dict[str, str]):
     """Background job: the probe's smoke run into a folder of its own; (the finished process, the folder)."""
-    import tempfile
-
-    out = Path(tempfile.mkdtemp(prefix="hook-probe-smoke-"))
+    out = background.scratch("hook-probe-smoke-")
     return background.run([sys.executable, str(REPO / "scripts" / "hook_probe.py"), "--smoke", "--out", str(out)],
                           env, timeout=300, cwd=REPO), out
 

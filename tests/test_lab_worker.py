@@ -5,6 +5,7 @@ collectives' process group, so that a changed default or argument fails here too
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ for name, task, nproc, backend, profile in [
         out[name] = {"records": worker.run(task, nproc, backend=backend)}
     except RuntimeError as error:
         out[name] = {"error": str(error)}
-    os.environ.pop("MENTOR_PROFILE", None) if profile else None
+    os.environ.pop("MENTOR_PROFILE", None)
 json.dump(out, sys.stdout)
 """
 
@@ -36,8 +37,8 @@ json.dump(out, sys.stdout)
 def torchrun_runs(env: dict[str, str]) -> dict[str, dict]:
     """Background job: worker.run of each task the tests below read, in one process of its own (each run starts
     torchrun and two ranks); {name: {"records": [...]} or {"error": the RuntimeError's message}}."""
-    env = {**env, "PYTHONPATH": str(REPO) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")}
-    env.pop("MENTOR_PROFILE", None)
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)}
+    env.pop("MENTOR_PROFILE", None)  # the profile of each run is set inside
     done = subprocess.run([sys.executable, "-c", RUNS], env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"the torchrun runs failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

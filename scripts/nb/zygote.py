@@ -15,7 +15,7 @@ What a forked kernel may differ in, and why that is safe where it is used: it sh
 modules, so a variable read at import time must be the same in both: the zygote is started with the very
 environment the kernels get, and a kernel whose environment differs in anything but the variables that
 jupyter_client sets (``JPY_*``) is refused and started the usual way. matplotlib is among the imported modules
-(torch imports it): where the environment sets no ``MPLBACKEND``, the fork applies ipykernel's inline backend as
+(torchmetrics imports it): where the environment sets no ``MPLBACKEND``, the fork applies ipykernel's inline backend as
 matplotlib would at its import, after ipykernel put it in ``MPLBACKEND``. It shares the zygote's hash seed (a render's
 environment fixes ``PYTHONHASHSEED`` anyway). The GPU runs never use it: ``gpu-run`` starts every kernel afresh, so
 stored measurements come from processes as a reader's would be.

@@ -167,16 +167,18 @@ def test_an_interrupt_reaches_the_forked_kernel_and_a_kill_or_a_terminate_ends_i
 
 
 def test_the_zygote_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
-    """stop_all (run at exit) stops the zygotes; a starter that dies without it takes its zygote with it."""
+    """stop_all (run at exit) stops the zygotes; a starter that dies without it takes its zygote with it; either
+    way the socket and its folder go."""
     code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from nb import zygote; "
-            "zygote._start(dict(os.environ), ()); print(*[p.pid for p, _ in zygote._ZYGOTES.values()], flush=True); "
-            "zygote.stop_all() if sys.argv[2] == 'stop' else os._exit(0)")
+            "zygote._start(dict(os.environ), ()); print(*[f'{p.pid} {s}' for p, s in zygote._ZYGOTES.values()], "
+            "flush=True); zygote.stop_all() if sys.argv[2] == 'stop' else os._exit(0)")
     for how in ("stop", "die"):
         done = subprocess.run([sys.executable, "-c", code, str(REPO / "scripts"), how], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        (pid,) = map(int, done.stdout.split())
-        assert _gone(pid, within=10), f"the zygote outlived its starter ({how})"
+        pid, socket_path = done.stdout.split()
+        assert _gone(int(pid), within=10), f"the zygote outlived its starter ({how})"
+        assert not Path(socket_path).parent.exists(), f"its socket's folder was left behind ({how})"
 
 
 def test_smoke_runs_and_renders_fork_their_kernels_and_nothing_else_does(tmp_path: Path,

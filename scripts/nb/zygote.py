@@ -110,6 +110,15 @@ def _start_locked(key: tuple, env: dict[str, str], preload: tuple[str, ...]) -> 
     return path
 
 
+def _remove_socket(path: str) -> None:
+    """Remove a zygote's socket and its folder, if still there."""
+    for remove, leftover in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(leftover)
+        except OSError:
+            pass
+
+
 def _stop(proc: subprocess.Popen, path: str) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -118,11 +127,7 @@ def _stop(proc: subprocess.Popen, path: str) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    for remove, leftover in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
-        try:
-            remove(leftover)
-        except OSError:
-            pass
+    _remove_socket(path)  # the zygote removes them when it stops, not when it is killed
 
 
 @atexit.register
@@ -257,6 +262,14 @@ def _serve(path: str, preload: list[str]) -> None:
     listener.listen(64)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     print("ready", flush=True)
+    try:
+        _accept(listener, parent, started)
+    finally:  # stopped, or its starter died without stopping it: its socket and folder go too
+        _remove_socket(path)
+
+
+def _accept(listener: socket.socket, parent: int, started: dict[str, str]) -> None:
+    """Fork a kernel for each request on ``listener`` until the process ``parent`` is no longer this one's parent."""
     while os.getppid() == parent:
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:

@@ -54,7 +54,7 @@ def predictions(draw, shape: tuple[int, ...], kind: str, threshold: float, gen: 
     """Logits, probabilities (float ``kind``) or 0/1 labels (integer / bool ``kind``), with ties at the threshold.
 
     Logits always hold a value outside [0, 1]: torchmetrics takes a float batch inside it for probabilities, which
-    is its guess, not the caller's word (see mentor._thresholded)."""
+    is its guess, not the caller's word (see mentor._thresholded); probabilities always lie inside it."""
     dtype, inputs = kind
     count = math.prod(shape)
     if not dtype.is_floating_point:
@@ -67,7 +67,10 @@ def predictions(draw, shape: tuple[int, ...], kind: str, threshold: float, gen: 
         specials = neighbours(tie, dtype, 3) + [0.0, float("nan"), float("inf"), float("-inf")]
     else:
         values = torch.rand(count, generator=gen, dtype=torch.float64).to(dtype)
-        specials = neighbours(kernel.compared_threshold(threshold, dtype), dtype, 2) + [0.0, 1.0]
+        # the threshold's neighbours that are probabilities: one above 1 (a threshold near 1, bf16 rounds 0.998 to
+        # 1.0) would make torchmetrics guess logits and take the sigmoid, where the caller said "probs"
+        near = neighbours(kernel.compared_threshold(threshold, dtype), dtype, 2)
+        specials = [value for value in near if 0.0 <= value <= 1.0] + [0.0, 1.0]
     for _ in range(draw(st.integers(0, 6)) if count else 0):
         values[draw(st.integers(0, count - 1))] = draw(st.sampled_from(specials))
     if inputs == "logits" and count and not bool(((values < 0) | (values > 1)).any()):

@@ -33,6 +33,8 @@ back and after other Python as above:
 
 - ``launcher call``: the cached launcher (``mentor._direct_launch.DirectLauncher``) called as ``update`` calls it,
   without the key and its lookup;
+- ``Triton's launch alone``: the compiled kernel's own launcher (``CompiledKernel.run``, Triton's C launch), called
+  with the arguments the launcher call passes it and a stream read once before, without the checks below;
 - ``aligned(inputs and states)``, ``torch.cuda.current_device()``, ``hooks_idle()`` (Triton's launch hooks) and
   ``Triton's get_current_stream``: the launcher's checks and its stream, each alone.
 
@@ -151,8 +153,22 @@ def launch_probe(suite: torch.nn.Module, args: tuple, churn, repeats: int, devic
     states = (suite.tp, suite.fp, suite.fn, suite.loss_sum, suite.loss_count, suite.invalid_labels)
     tensors = (preds, target, loss, *states)
     stream = _direct_launch._stream_getter()
+    compiled, handle = run._compiled, stream(run._index)
+
+    def triton_launch() -> None:  # what the launcher call ends in, with the stream read once, here
+        compiled.run(run.grid, 1, 1, handle, compiled.function, compiled.packed_metadata, None, None, None, *tensors,
+                     *run._tail)
+
+    counts = (suite.tp, suite.fp, suite.fn, suite.loss_count, suite.invalid_labels)
+    before = [c.clone() for c in counts]
+    run(loss, preds, target, states)
+    middle = [c.clone() for c in counts]
+    triton_launch()
+    if not all(torch.equal(m - b, c - m) for b, m, c in zip(before, middle, counts)):
+        raise RuntimeError("Triton's launch alone did not add to the counts what the launcher call adds")
     calls = {
         "launcher call": lambda: run(loss, preds, target, states),
+        "Triton's launch alone": triton_launch,
         "aligned(inputs and states)": lambda: _direct_launch.aligned(tensors),
         "torch.cuda.current_device()": torch.cuda.current_device,
         "hooks_idle()": _direct_launch.hooks_idle,

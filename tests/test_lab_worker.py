@@ -36,7 +36,8 @@ json.dump(out, sys.stdout)
 
 def torchrun_runs(env: dict[str, str]) -> dict[str, dict]:
     """Background job: worker.run of each task the tests below read, in one process of its own (each run starts
-    torchrun and two ranks); {name: {"records": [...]} or {"error": the RuntimeError's message}}."""
+    torchrun and its ranks: two, one for the failing nccl run); {name: {"records": [...]} or {"error": the
+    RuntimeError's message}}."""
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)}
     env.pop("MENTOR_PROFILE", None)  # the profile of each run is set inside
     done = subprocess.run([sys.executable, "-c", RUNS], env=env, capture_output=True, text=True, timeout=1800)
